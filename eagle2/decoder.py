@@ -1,0 +1,301 @@
+"""Decoders with a step API: plain autoregressive and speculative (any tree policy).
+
+State of one sequence (algorithms.md section 2):
+- the target's KV cache holds the committed tokens x_0..x_{L-1};
+- `root` is the next token (sampled by the target, not yet run through it);
+- `pending` are (target feature, next token) pairs the draft head has not absorbed yet.
+A speculative cycle: absorb pending -> draft a tree under root -> verify root + tree in one target
+forward -> accept a path -> commit its K/V -> the bonus token is the next root.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .drafting import HeadRunner
+from .errors import UserError, check
+from .llama import KVCache
+from .loading import Bundle
+from .policies import make_policy
+from .sampling import SamplingParams, choose
+from .trace import StepTrace, Trace
+from .tree import layout
+from . import verify as V
+
+MAX_NEW_TOKENS = 4096
+
+
+class Decoder:
+    def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,
+                 max_new_tokens: int = 128, record: bool = True, **policy_kw):
+        self.b = bundle
+        self.sampling = sampling or SamplingParams()
+        self.sampling.validate()
+        check(isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= MAX_NEW_TOKENS,
+              f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {max_new_tokens!r}).")
+        self.max_new_tokens = max_new_tokens
+        self.set_policy(policy, **policy_kw)
+        self.record = record
+        self.started = False
+
+    # ------------------------------------------------------------------ configuration
+    def set_policy(self, policy, **kw) -> None:
+        """'plain', a policy name, or a policy object; takes effect from the next cycle."""
+        if policy is None or policy == "plain":
+            self.policy = None
+        elif isinstance(policy, str):
+            self.policy = make_policy(policy, **kw)
+        else:
+            policy.validate()
+            self.policy = policy
+
+    @property
+    def policy_name(self) -> str:
+        return "plain" if self.policy is None else self.policy.name
+
+    # ------------------------------------------------------------------ start
+    def encode(self, prompt: str | None = None, messages: list | None = None, raw: bool = False) -> list[int]:
+        tok = self.b.tokenizer
+        if messages is None:
+            check(isinstance(prompt, str) and prompt.strip() != "", "The prompt is empty: type something first.")
+            if raw or not getattr(tok, "chat_template", None):
+                return tok(prompt, add_special_tokens=True)["input_ids"]
+            messages = [{"role": "user", "content": prompt}]
+        check(len(messages) > 0 and all(isinstance(m, dict) and str(m.get("content", "")).strip()
+                                        for m in messages), "Every chat message needs some text.")
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def start(self, prompt: str | None = None, messages: list | None = None, input_ids: list[int] | None = None,
+              raw: bool = False) -> StepTrace:
+        """Prefill the prompt; emits the first token (cycle 0)."""
+        ids = list(input_ids) if input_ids is not None else self.encode(prompt, messages, raw)
+        check(len(ids) >= 1, "The prompt is empty: type something first.")
+        ctx = self.b.target.args.max_positions
+        check(len(ids) + 2 <= ctx,
+              f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
+        dev = self.b.device
+        self.prompt_ids = ids
+        self.generated: list[int] = []
+        self.finished: str | None = None
+        self.cycle = 0
+        self.target_forwards = 0
+        self.draft_calls = 0
+        self.wall = 0.0
+        self.text = ""
+        self.gen = torch.Generator(device="cpu")
+        self.gen.manual_seed(self.sampling.seed if self.sampling.seed is not None else 0)
+        slack = 64 + (self.policy.total_tokens if self.policy is not None else 0)
+        cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
+        self.cache: KVCache = self.b.target.new_cache(cap)
+        self.hcache: KVCache = self.b.head.new_cache(cap + 1024)
+        self.trace = Trace(meta=self._meta())
+
+        t0 = self._now()
+        tokens = torch.tensor(ids, dtype=torch.long, device=dev)
+        feats = self.b.target.forward_cached(self.cache, tokens, torch.arange(len(ids), device=dev))
+        self.cache.advance(len(ids))
+        root = choose(self.b.target.logits(feats[-1]), self.sampling, self.gen)
+        self.target_forwards = 1
+        self.pending = (feats, ids[1:] + [root])
+        self.root_g = None
+        self.root = root
+        self.started = True
+        dt = self._now() - t0
+        return self._emit([root], None, [], None, {"draft_s": 0.0, "verify_s": dt, "commit_s": 0.0})
+
+    # ------------------------------------------------------------------ one cycle
+    def step(self) -> StepTrace:
+        check(self.started, "Start a prompt first.")
+        check(self.finished is None, f"Generation has finished ({self.finished}); reset to start again.")
+        if self.policy is None:
+            return self._plain_step()
+        t0 = self._now()
+        tree, runner = self._draft(self.policy)
+        t1 = self._now()
+        feats, logits, vb = self._verify_forward(tree)
+        path_pos, bonus = self._accept(tree, vb, logits)
+        t2 = self._now()
+        L = self.cache.length
+        keep = [0] + path_pos
+        self.cache.commit(torch.tensor([L + p for p in keep], device=self.b.device))
+        path_tokens = [int(vb.tokens[p]) for p in path_pos]
+        self.pending = (feats[keep], path_tokens + [bonus])
+        self.root_g = None
+        self.root = bonus
+        self.target_forwards += 1
+        self.draft_calls += runner.calls
+        accepted_pool = [vb.pool_idx[p] for p in path_pos]
+        if self.record:
+            self._annotate(tree, vb, logits, accepted_pool)
+        t3 = self._now()
+        return self._emit(path_tokens + [bonus], tree, accepted_pool, bonus,
+                          {"draft_s": t1 - t0, "verify_s": t2 - t1, "commit_s": t3 - t2})
+
+    def preview(self, policy) -> StepTrace:
+        """Draft and verify with another policy on the current context without committing (the
+        app's side-by-side view). The sequence state is untouched."""
+        check(self.started and self.finished is None, "Nothing to preview: start a prompt first.")
+        policy = make_policy(policy) if isinstance(policy, str) else policy
+        t0 = self._now()
+        tree, runner = self._draft(policy)
+        t1 = self._now()
+        _, logits, vb = self._verify_forward(tree)
+        path_pos, bonus = self._accept(tree, vb, logits, gen=torch.Generator().manual_seed(self.cycle))
+        t2 = self._now()
+        accepted_pool = [vb.pool_idx[p] for p in path_pos]
+        self._annotate(tree, vb, logits, accepted_pool)
+        toks = [int(vb.tokens[p]) for p in path_pos] + [bonus]
+        return StepTrace(cycle=self.cycle + 1, policy=policy.name, new_tokens=toks,
+                         new_texts=self.b.token_texts(toks), accepted_len=len(path_pos), bonus=bonus,
+                         timings={"draft_s": t1 - t0, "verify_s": t2 - t1, "commit_s": 0.0,
+                                  "total_s": t2 - t0},
+                         cumulative={}, tree=tree, tree_texts=self.b.token_texts(tree.tokens),
+                         accepted_path=accepted_pool, root=self.root)
+
+    def generate(self) -> Trace:
+        if not self.started:
+            raise UserError("Start a prompt first.")
+        while self.finished is None:
+            self.step()
+        return self.trace
+
+    # ------------------------------------------------------------------ internals
+    def _now(self) -> float:
+        if self.b.device.type == "cuda":
+            torch.cuda.synchronize(self.b.device)
+        return time.perf_counter()
+
+    def _plain_step(self) -> StepTrace:
+        t0 = self._now()
+        L = self.cache.length
+        dev = self.b.device
+        feats = self.b.target.forward_cached(self.cache, torch.tensor([self.root], device=dev),
+                                             torch.tensor([L], device=dev))
+        nxt = choose(self.b.target.logits(feats[0]), self.sampling, self.gen)
+        t1 = self._now()
+        self.cache.advance(1)
+        self.target_forwards += 1
+        self.root = nxt
+        return self._emit([nxt], None, [], None, {"draft_s": 0.0, "verify_s": t1 - t0, "commit_s": 0.0})
+
+    def _absorb(self) -> None:
+        """Feed pending (feature, next token) pairs to the head; its last output predicts the
+        feature at the root, whose logits give the root's children."""
+        if self.root_g is not None:
+            return
+        feats, toks = self.pending
+        hc = self.hcache
+        n = len(toks)
+        dev = self.b.device
+        g = self.b.head.forward_cached(hc, feats, torch.tensor(toks, device=dev),
+                                       torch.arange(hc.length, hc.length + n, device=dev), hc.length)
+        hc.advance(n)
+        self.root_g = g[-1]
+
+    def _draft(self, policy):
+        self._absorb()
+        runner = HeadRunner(self.b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1)
+        tree = policy.draft(runner, self.root)
+        return tree, runner
+
+    def _verify_forward(self, tree):
+        need = self.cache.length + tree.n_kept
+        if need > self.cache.max_len:
+            self._grow(need + 64)
+        vb = layout(tree, self.cache.length, self.b.device)
+        feats = self.b.target.forward_cached(self.cache, vb.tokens, vb.positions, vb.mask)
+        return feats, self.b.target.logits(feats), vb
+
+    def _accept(self, tree, vb, logits, gen=None):
+        toks = vb.tokens.tolist()
+        sp = self.sampling
+        if sp.greedy:
+            return V.greedy(toks, vb.children, logits)
+        gen = gen or self.gen
+        if tree.extra.get("sampled_drafts"):  # children were sampled from q: SpecInfer's rule
+            q = [tree.draft_dists.get(p) for p in vb.pool_idx]
+            return V.specinfer(toks, vb.children, logits, q, sp, gen)
+        return V.topk_sampling(toks, vb.children, logits, sp, gen)
+
+    def _grow(self, n: int) -> None:
+        old = self.cache
+        new = self.b.target.new_cache(n)
+        new.k[:, :, :, : old.length] = old.k[:, :, :, : old.length]
+        new.v[:, :, :, : old.length] = old.v[:, :, :, : old.length]
+        new.length = old.length
+        self.cache = new
+
+    def _annotate(self, tree, vb, logits, accepted_pool) -> None:
+        """Record the target's probability of each kept node (at its parent) and the accepted flags."""
+        from .sampling import probs_from_logits
+        sp = self.sampling if not self.sampling.greedy else SamplingParams(temperature=1.0)
+        probs = probs_from_logits(logits, sp)
+        parent = torch.tensor([max(p, 0) for p in vb.parent_pos], device=probs.device)
+        tp = probs[parent, vb.tokens].tolist()
+        tree.target_prob = [None] * len(tree.tokens)
+        for i, p in enumerate(vb.pool_idx):
+            if i > 0:
+                tree.target_prob[p] = tp[i]
+        acc = set(accepted_pool)
+        tree.accepted = [i == 0 or i in acc for i in range(len(tree.tokens))]
+
+    def _emit(self, toks, tree, accepted_pool, bonus, timings) -> StepTrace:
+        eos = self.b.eos_ids
+        out = []
+        for t in toks:
+            out.append(t)
+            if t in eos:
+                self.finished = "eos"
+                break
+        room = self.max_new_tokens - len(self.generated)
+        if len(out) >= room:
+            out = out[:room]
+            self.finished = self.finished or "max_new_tokens"
+        if self.cache.length + 2 >= self.b.target.args.max_positions - 1:
+            self.finished = self.finished or "context"
+        self.generated += out
+        prev = self.text
+        self.text = self.b.tokenizer.decode(self.generated, skip_special_tokens=True)
+        timings["total_s"] = timings["draft_s"] + timings["verify_s"] + timings["commit_s"]
+        self.wall += timings["total_s"]
+        st = StepTrace(
+            cycle=self.cycle, policy=self.policy_name, new_tokens=out,
+            new_texts=self.b.token_texts(out) if self.record else [],
+            accepted_len=len(accepted_pool), bonus=bonus, timings=timings,
+            cumulative={"tokens": len(self.generated), "target_forwards": self.target_forwards,
+                        "wall_s": self.wall, "draft_calls": self.draft_calls},
+            tree=tree, tree_texts=self.b.token_texts(tree.tokens) if (tree is not None and self.record) else [],
+            accepted_path=accepted_pool, root=None if tree is None else tree.tokens[0],
+            finished=self.finished,
+            text_delta=self.text[len(prev):] if self.text.startswith(prev) else self.text)
+        self.cycle += 1
+        if self.record:
+            self.trace.steps.append(st)
+        return st
+
+    def _meta(self) -> dict:
+        p = self.policy
+        pol = {"name": self.policy_name}
+        if p is not None:
+            pol.update({k: getattr(p, k) for k in ("total_tokens", "depth", "top_k") if hasattr(p, k)})
+        return {"model": self.b.name, "head": self.b.head_name, "device": str(self.b.device),
+                "dtype": str(self.b.dtype).replace("torch.", ""), "policy": pol,
+                "sampling": vars(self.sampling).copy(), "max_new_tokens": self.max_new_tokens,
+                "prompt_ids": self.prompt_ids,
+                "prompt_text": self.b.tokenizer.decode(self.prompt_ids)}
+
+    # ------------------------------------------------------------------ summaries
+    @property
+    def tau(self) -> float:
+        return len(self.generated) / max(1, self.target_forwards)
+
+    def summary(self) -> dict:
+        return {"policy": self.policy_name, "text": self.text, "token_ids": list(self.generated),
+                "new_tokens": len(self.generated), "target_forwards": self.target_forwards,
+                "tau": self.tau, "wall_s": self.wall,
+                "tokens_per_s": len(self.generated) / self.wall if self.wall > 0 else 0.0,
+                "draft_calls": self.draft_calls, "finished": self.finished}

@@ -1,0 +1,2 @@
+"""Follow-up papers' tree policies (DDD, DySpec, LANTERN++) register here by name."""
+REGISTRY: dict = {}

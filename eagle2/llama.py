@@ -1,0 +1,249 @@
+"""A lean Llama-family transformer (Llama, Vicuna, Mistral-style, Qwen2) over HF weights.
+
+gpt-fast style: plain modules, a preallocated KV cache, and one forward that takes explicit
+positions and an explicit attention mask, so tree attention and cache commits are ours to control.
+The same Block serves the target and the EAGLE draft head (which has no input norm).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class LlamaArgs:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate: int
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_parameters: dict = field(default_factory=dict)
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    max_positions: int = 4096
+    eos_ids: tuple = ()
+
+    @classmethod
+    def from_hf(cls, cfg: dict) -> "LlamaArgs":
+        heads = cfg["num_attention_heads"]
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        eos = cfg.get("eos_token_id")
+        eos = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())
+        return cls(
+            vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
+            n_heads=heads, n_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            intermediate=cfg["intermediate_size"], norm_eps=cfg.get("rms_norm_eps", 1e-5),
+            rope_theta=theta, rope_parameters=rope,
+            qkv_bias=bool(cfg.get("attention_bias") or cfg.get("qkv_bias")
+                          or cfg.get("model_type") == "qwen2"),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            max_positions=int(cfg.get("max_position_embeddings", 4096)), eos_ids=eos)
+
+
+def rope_tables(args: LlamaArgs, n: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [n, head_dim] for positions 0..n-1, honouring the config's RoPE scaling
+    (llama3, linear, yarn... via transformers' own init functions, so the maths matches)."""
+    rope_type = args.rope_parameters.get("rope_type", args.rope_parameters.get("type", "default"))
+    scale = 1.0
+    if rope_type in (None, "default"):
+        inv = 1.0 / (args.rope_theta ** (torch.arange(0, args.head_dim, 2, dtype=torch.float64) / args.head_dim))
+    else:
+        from transformers import LlamaConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        cfg = LlamaConfig(hidden_size=args.dim, num_attention_heads=args.n_heads, head_dim=args.head_dim,
+                          max_position_embeddings=args.max_positions,
+                          rope_parameters={"rope_theta": args.rope_theta, **args.rope_parameters})
+        inv, scale = ROPE_INIT_FUNCTIONS[rope_type](cfg, "cpu")
+        inv = inv.double()
+    t = torch.arange(n, dtype=torch.float64)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return (emb.cos() * scale).float().to(device), (emb.sin() * scale).float().to(device)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [B, h, T, d]; cos/sin [T, d] (HF's rotate-half convention)
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        dt = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dt)
+
+
+class KVCache:
+    """Preallocated K/V for every layer of one sequence: [layers, kv_heads, max_len, head_dim]."""
+
+    def __init__(self, n_layers, n_kv_heads, max_len, head_dim, dtype, device, batch=1):
+        shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.length = 0  # committed tokens
+
+    def advance(self, n: int) -> None:
+        """Commit the n slots just written after `length` (already contiguous)."""
+        self.length += n
+
+    def commit(self, slots: torch.Tensor) -> None:
+        """Keep the K/V at absolute `slots` (ascending, all >= length), moved to length.. ."""
+        n = slots.numel()
+        L = self.length
+        self.k[:, :, :, L:L + n] = self.k[:, :, :, slots]
+        self.v[:, :, :, L:L + n] = self.v[:, :, :, slots]
+        self.length = L + n
+
+
+class Attention(nn.Module):
+    def __init__(self, a: LlamaArgs):
+        super().__init__()
+        self.a = a
+        self.q_proj = nn.Linear(a.dim, a.n_heads * a.head_dim, bias=a.qkv_bias)
+        self.k_proj = nn.Linear(a.dim, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
+        self.v_proj = nn.Linear(a.dim, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
+        self.o_proj = nn.Linear(a.n_heads * a.head_dim, a.dim, bias=False)
+
+    def forward(self, x, cos, sin, layer_cache, start, mask):
+        """x [B,T,D]. With a cache, K/V land at slots start..start+T-1 and attention spans
+        slots 0..start+T-1 under `mask` ([T, start+T] bool, True = may attend; None = all)."""
+        B, T, _ = x.shape
+        a = self.a
+        q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if layer_cache is None:  # training / feature extraction: plain causal attention
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            kc, vc = layer_cache
+            kc[:, :, start:start + T] = k
+            vc[:, :, start:start + T] = v
+            k, v = kc[:, :, :start + T], vc[:, :, :start + T]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, a: LlamaArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(a.dim, a.intermediate, bias=False)
+        self.up_proj = nn.Linear(a.dim, a.intermediate, bias=False)
+        self.down_proj = nn.Linear(a.intermediate, a.dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, a: LlamaArgs, input_norm: bool = True):
+        super().__init__()
+        self.input_layernorm = RMSNorm(a.dim, a.norm_eps) if input_norm else nn.Identity()
+        self.self_attn = Attention(a)
+        self.post_attention_layernorm = RMSNorm(a.dim, a.norm_eps)
+        self.mlp = MLP(a)
+
+    def forward(self, x, cos, sin, layer_cache, start, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer_cache, start, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def attention_mask(prefix: int, tree_mask: torch.Tensor | None, T: int, device) -> torch.Tensor | None:
+    """[T, prefix + W] bool, True = may attend. Every new token sees the committed prefix; past it,
+    `tree_mask` ([T, W]: earlier tree slots that are ancestors, and self) or, when None, causal
+    order among the T new tokens (W = T)."""
+    if tree_mask is None:
+        if T == 1:
+            return None
+        tree_mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    m = torch.ones(T, prefix + tree_mask.shape[1], dtype=torch.bool, device=device)
+    m[:, prefix:] = tree_mask
+    return m
+
+
+class LlamaModel(nn.Module):
+    """The target: embeddings, blocks, final norm, LM head. forward() returns the post-norm
+    features (EAGLE's f); logits() applies the LM head to whichever rows are needed."""
+
+    def __init__(self, a: LlamaArgs):
+        super().__init__()
+        self.args = a
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.dim)
+        self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layers))
+        self.norm = RMSNorm(a.dim, a.norm_eps)
+        self.lm_head = nn.Linear(a.dim, a.vocab_size, bias=False)
+        if a.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self._cos = self._sin = None
+
+    def rope(self, n: int):
+        """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
+        if self._cos is None or self._cos.shape[0] < n:
+            w = self.lm_head.weight
+            cos, sin = rope_tables(self.args, max(n, 2048), w.device)
+            self._cos, self._sin = cos.to(w.dtype), sin.to(w.dtype)
+        return self._cos, self._sin
+
+    def new_cache(self, max_len: int) -> KVCache:
+        """A KV cache for one sequence; decoders own theirs, so sessions never share state."""
+        w = self.lm_head.weight
+        self.rope(max_len + 1)
+        a = self.args
+        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device)
+
+    @torch.no_grad()
+    def forward_cached(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                       tree_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run new tokens [T] after the committed cache; K/V are written at slots
+        length..length+T-1 and stay uncommitted until cache.commit(). `tree_mask` [T,T]
+        (ancestors + self) or None for causal order. Returns post-norm features [T, dim]."""
+        start, T = cache.length, tokens.numel()
+        if start + T > cache.max_len:
+            raise RuntimeError("KV cache full")
+        mask = attention_mask(start, tree_mask, T, tokens.device)
+        cos, sin = self._cos[positions], self._sin[positions]
+        x = self.embed_tokens(tokens.view(1, T))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, (cache.k[i], cache.v[i]), start, mask)
+        return self.norm(x)[0]
+
+    def forward_full(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Causal forward over [B, T] without a cache (training features). Returns [B, T, dim]."""
+        T = tokens.shape[1]
+        cos, sin = self.rope(T)
+        cos, sin = cos[:T], sin[:T]
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin, None, 0, None)
+        return self.norm(x)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(features).float()
+
+
+def hf_key_map(key: str) -> str | None:
+    """HF LlamaForCausalLM / Qwen2ForCausalLM key -> our module key."""
+    if key.startswith("model."):
+        key = key[len("model."):]
+    if "rotary_emb" in key:
+        return None
+    return key
