@@ -46,12 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="last stdout line: one JSON summary object")
     add_sampling_args(g)
     add_tree_args(g)
+    from .extra_policies import add_cli_args as _add_policy_args
+    _add_policy_args(g)  # --ddd-*, --dyspec-*, --lantern-*
     _add_model_args(g)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model (once)")
     f.add_argument("--target", default="smollm2-135m")
 
-    for name, mod in (("bench", "bench"), ("train", "train")):
+    for name in ("bench", "train", "profile"):
         s = sub.add_parser(name, help=f"see python -m eagle2 {name} --help", add_help=False)
         s.add_argument("rest", nargs=argparse.REMAINDER)
     return ap
@@ -64,9 +66,15 @@ def cmd_generate(a) -> int:
 
     sp = SamplingParams(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k_sampling, seed=a.seed)
     sp.validate()
+    from .extra_policies import cli_kwargs
+    own = cli_kwargs(a.policy, a)  # --ddd-*/--dyspec-*/--lantern-* flags, checked before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
-                  total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k)
+                  total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)
+    if getattr(dec.policy, "lossy", False):
+        from .policy_lantern import LOSSY_NOTE
+        print(LOSSY_NOTE.format(mode="greedy" if sp.greedy else "sampling", bound=dec.policy.bound_text()),
+              file=sys.stderr)
     dec.start(a.prompt, raw=a.raw)
     while dec.finished is None:
         st = dec.step()
@@ -92,7 +100,7 @@ def cmd_fetch(a) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv and argv[0] in ("bench", "train"):
+        if argv and argv[0] in ("bench", "train", "profile"):
             import importlib
             return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
         a = build_parser().parse_args(argv)

@@ -88,6 +88,9 @@ class Decoder:
         self.text = ""
         self.gen = torch.Generator(device="cpu")
         self.gen.manual_seed(self.sampling.seed if self.sampling.seed is not None else 0)
+        # policies that sample their drafts (DySpec) draw from their own stream, seeded alike
+        self.draft_gen = torch.Generator(device="cpu")
+        self.draft_gen.manual_seed(((self.sampling.seed or 0) * 1_000_003 + 7919) % (2 ** 63))
         slack = 64 + (self.policy.total_tokens if self.policy is not None else 0)
         cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
         self.cache: KVCache = self.b.target.new_cache(cap)
@@ -141,7 +144,7 @@ class Decoder:
         check(self.started and self.finished is None, "Nothing to preview: start a prompt first.")
         policy = make_policy(policy) if isinstance(policy, str) else policy
         t0 = self._now()
-        tree, runner = self._draft(policy)
+        tree, runner = self._draft(policy, gen=torch.Generator().manual_seed(self.cycle + 7919))
         t1 = self._now()
         _, logits, vb = self._verify_forward(tree)
         path_pos, bonus = self._accept(tree, vb, logits, gen=torch.Generator().manual_seed(self.cycle))
@@ -196,9 +199,11 @@ class Decoder:
         hc.advance(n)
         self.root_g = g[-1]
 
-    def _draft(self, policy):
+    def _draft(self, policy, gen=None):
         self._absorb()
         runner = HeadRunner(self.b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1)
+        runner.sampling = self.sampling          # read by policies that sample drafts (DySpec)
+        runner.gen = gen if gen is not None else self.draft_gen
         tree = policy.draft(runner, self.root)
         return tree, runner
 
@@ -213,6 +218,9 @@ class Decoder:
     def _accept(self, tree, vb, logits, gen=None):
         toks = vb.tokens.tolist()
         sp = self.sampling
+        if tree.extra.get("relaxation") is not None:  # LANTERN: lossy relaxed acceptance
+            from .policy_lantern import accept_relaxed
+            return accept_relaxed(self.b, tree, vb, logits, sp, gen or self.gen)
         if sp.greedy:
             return V.greedy(toks, vb.children, logits)
         gen = gen or self.gen
@@ -298,4 +306,7 @@ class Decoder:
                 "new_tokens": len(self.generated), "target_forwards": self.target_forwards,
                 "tau": self.tau, "wall_s": self.wall,
                 "tokens_per_s": len(self.generated) / self.wall if self.wall > 0 else 0.0,
-                "draft_calls": self.draft_calls, "finished": self.finished}
+                "draft_calls": self.draft_calls, "finished": self.finished,
+                "lossy": bool(getattr(self.policy, "lossy", False)),
+                **({"policy_stats": self.policy.summary_stats()}
+                   if hasattr(self.policy, "summary_stats") else {})}

@@ -36,7 +36,7 @@ class EagleHead(nn.Module):
         if own_lm_weight is not None:
             self.lm_weight = own_lm_weight
         elif self.draft_ids is not None:
-            self.lm_weight = target_lm_weight[self.draft_ids].contiguous()
+            self.lm_weight = target_lm_weight.detach()[self.draft_ids].contiguous()
         else:
             self.lm_weight = target_lm_weight
 
@@ -139,6 +139,8 @@ def load_head(folder: Path, target_args: LlamaArgs) -> tuple[EagleHead, torch.Te
         raise UserError(f"Draft head folder {folder} has no config.json.") from None
     except json.JSONDecodeError as e:
         raise UserError(f"Draft head config {folder / 'config.json'} is not valid JSON ({e.msg}).") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"Draft head config {folder / 'config.json'} is not a JSON object.")
     try:
         state = _read_state(folder)
     except UserError:
@@ -165,8 +167,13 @@ def load_head(folder: Path, target_args: LlamaArgs) -> tuple[EagleHead, torch.Te
     head = EagleHead(args, fc_bias=fc_bias, draft_vocab=draft_ids)
     if "embed_tokens.weight" not in state:
         state["embed_tokens.weight"] = torch.empty(0)  # filled from the target by the caller
-    missing, unexpected = head.load_state_dict(
-        {k: v for k, v in state.items() if k != "embed_tokens.weight" or v.numel()}, strict=False)
+    try:
+        missing, unexpected = head.load_state_dict(
+            {k: v for k, v in state.items() if k != "embed_tokens.weight" or v.numel()}, strict=False)
+    except RuntimeError as e:  # tensor shapes disagree with config.json
+        first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e)[:200])
+        raise UserError(f"Draft head checkpoint in {folder} does not match its config.json (tensor "
+                        f"shape mismatch: {first[:240]}).") from None
     missing = [m for m in missing if m != "embed_tokens.weight"]
     if missing or unexpected:
         raise UserError(f"Draft head checkpoint in {folder} does not have the EAGLE layout "

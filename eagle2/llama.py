@@ -203,12 +203,13 @@ class LlamaModel(nn.Module):
             self._cos, self._sin = cos.to(w.dtype), sin.to(w.dtype)
         return self._cos, self._sin
 
-    def new_cache(self, max_len: int) -> KVCache:
-        """A KV cache for one sequence; decoders own theirs, so sessions never share state."""
+    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+        """A KV cache for one sequence (or a batch); decoders own theirs, so sessions never
+        share state."""
         w = self.lm_head.weight
         self.rope(max_len + 1)
         a = self.args
-        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device)
+        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device, batch)
 
     @torch.no_grad()
     def forward_cached(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
@@ -220,11 +221,21 @@ class LlamaModel(nn.Module):
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
         mask = attention_mask(start, tree_mask, T, tokens.device)
+        return self.forward_batch(cache, tokens.view(1, T), positions, mask)[0]
+
+    @torch.no_grad()
+    def forward_batch(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                      mask: torch.Tensor | None) -> torch.Tensor:
+        """tokens [B,T] written at slots cache.length.. of each row; positions [T] or [B,T];
+        mask broadcastable to [B,1,T,length+T]. Returns features [B,T,dim]."""
+        start = cache.length
         cos, sin = self._cos[positions], self._sin[positions]
-        x = self.embed_tokens(tokens.view(1, T))
+        if cos.dim() == 3:  # per-row positions: [B,1,T,d] to broadcast over heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        x = self.embed_tokens(tokens)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, (cache.k[i], cache.v[i]), start, mask)
-        return self.norm(x)[0]
+        return self.norm(x)
 
     def forward_full(self, tokens: torch.Tensor) -> torch.Tensor:
         """Causal forward over [B, T] without a cache (training features). Returns [B, T, dim]."""

@@ -174,8 +174,11 @@ class Eagle2Policy:
         t.close_under_parents()
 
 
-def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None):
+def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None, **own):
+    """`own`: a registered policy's own parameters (extra_policies.REGISTRY factories)."""
     name = (name or "eagle2").lower()
+    if own and name in ("static", "eagle2"):
+        raise UserError(f"Policy {name!r} has no parameter(s) {', '.join(sorted(own))}.")
     if name == "static":
         p = StaticPolicy(shape=[list(s) for s in shape]) if shape else StaticPolicy()
     elif name == "eagle2":
@@ -186,6 +189,9 @@ def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None
         if name not in extra_policies.REGISTRY:
             raise UserError(f"Unknown policy {name!r}: choose plain, static, eagle2"
                             + "".join(f", {n}" for n in extra_policies.REGISTRY) + ".")
-        p = extra_policies.REGISTRY[name](total_tokens=total_tokens, depth=depth, top_k=top_k)
+        try:
+            p = extra_policies.REGISTRY[name](total_tokens=total_tokens, depth=depth, top_k=top_k, **own)
+        except TypeError as e:  # an unknown keyword for this policy
+            raise UserError(f"Policy {name!r}: {e}.") from None
     p.validate()
     return p

@@ -1,0 +1,35 @@
+"""The shipped head is a real draft model: EAGLE-2 accepts several tokens per target forward with
+it (tau is a property of the head and the target, not a timing), and it loads by default."""
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle2.decoder import Decoder
+from eagle2.weights import ASSETS, PRESETS
+
+HEAD = Path(PRESETS["smollm2-135m"].head)
+
+
+def heldout(n):
+    rows = [json.loads(l) for l in (ASSETS / "prompts" / "heldout.jsonl").read_text().splitlines() if l.strip()]
+    return [r["turns"][0] for r in rows[:n]]
+
+
+def test_shipped_head_is_present_and_loaded_by_default(real_bundle):
+    assert (HEAD / "config.json").exists() and (HEAD / "model.safetensors").exists()
+    assert real_bundle.head_name == str(HEAD)
+    assert real_bundle.head.draft_ids is not None  # reduced draft vocabulary recorded in the checkpoint
+
+
+@pytest.mark.parametrize("policy", ["eagle2"])
+def test_shipped_head_tau_on_heldout_prompts(real_bundle, policy):
+    toks = fwds = 0
+    for p in heldout(3):
+        d = Decoder(real_bundle, policy, max_new_tokens=64, record=False, total_tokens=60, depth=5, top_k=10)
+        d.start(p)
+        d.generate()
+        toks += len(d.generated)
+        fwds += d.target_forwards
+    tau = toks / fwds
+    assert tau >= 2.5, f"EAGLE-2 tau with the shipped head is {tau:.2f} (< 2.5)"

@@ -1,0 +1,18 @@
+"""Figures and tables for eagle2-viz traces: pure functions (no torch, no model code).
+
+    from eagle2.trace import Trace
+    from viz import tree_figure, cycle_table
+    tr = Trace.load("assets/traces/writing-greedy.json")
+    tree_figure(tr.steps[3]).show()
+"""
+from .charts import (acceptance_histogram, calibration_chart, calibration_data, depth_acceptance, depth_chart,
+                     lossy_summary, metrics, metrics_html, race_chart, series, speedup_chart, speedup_series)
+from .explain import explain_figure, explain_text, phases
+from .tables import cycle_table
+from .tokens import token_stream_html
+from .tree_graph import empty_figure, layout, path_nodes, tree_figure, tree_graph
+
+__all__ = ["acceptance_histogram", "calibration_chart", "calibration_data", "cycle_table", "depth_acceptance",
+           "depth_chart", "empty_figure", "lossy_summary", "explain_figure", "explain_text", "layout", "metrics", "metrics_html",
+           "path_nodes", "phases", "race_chart", "series", "speedup_chart", "speedup_series",
+           "token_stream_html", "tree_figure", "tree_graph"]

@@ -1,0 +1,255 @@
+"""Run-level charts: the race, speedups, acceptance lengths, calibration, per-depth acceptance.
+
+A *series* is one decoder's progress, a plain dict so it can be stored in a trace's meta and
+replayed without the decoder: {"label", "role", "policy", "tokens", "wall_s", "forwards",
+"accepted"}; the first three lists have one entry per cycle (cycle 0 = prefill), "accepted" one
+per drafted cycle.
+"""
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
+from .tree_graph import empty_figure
+
+
+def series(label: str, steps, role: str = "main") -> dict:
+    steps = list(steps)
+    return {
+        "label": label, "role": role, "policy": steps[0].policy if steps else label,
+        "tokens": [int(s.cumulative.get("tokens", 0)) for s in steps],
+        "wall_s": [float(s.cumulative.get("wall_s", 0.0)) for s in steps],
+        "forwards": [int(s.cumulative.get("target_forwards", 0)) for s in steps],
+        "accepted": [int(s.accepted_len) for s in decode_steps(steps)],
+        "finished": steps[-1].finished if steps else None,
+    }
+
+
+def truncate(s: dict, n_cycles: int) -> dict:
+    """The series as it stood after its first n_cycles cycles."""
+    out = dict(s)
+    for k in ("tokens", "wall_s", "forwards"):
+        out[k] = s[k][:n_cycles]
+    out["accepted"] = s["accepted"][: max(0, n_cycles - 1)]  # cycle 0 (prefill) drafts nothing
+    return out
+
+
+def colour(s: dict, i: int = 0) -> str:
+    return ROLE_COLOURS.get(s.get("role"), EXTRA_COLOURS[i % len(EXTRA_COLOURS)])
+
+
+def wall_at(s: dict, T: float) -> float | None:
+    """Compute time this decoder needed to reach T tokens (linear between cycles), None if it
+    has not got there yet."""
+    toks, wall = [0] + list(s["tokens"]), [0.0] + list(s["wall_s"])
+    if not s["tokens"] or T > toks[-1]:
+        return None
+    j = bisect.bisect_left(toks, T)
+    if toks[j] == T or j == 0:
+        return wall[j]
+    f = (T - toks[j - 1]) / (toks[j] - toks[j - 1])
+    return wall[j - 1] + f * (wall[j] - wall[j - 1])
+
+
+def speedup_series(main: dict, other: dict) -> tuple[list, list]:
+    """Speedup of `main` over `other` at each of main's token counts: time other needed for T
+    tokens / time main needed for T tokens (same as the ratio of tokens per second)."""
+    xs, ys = [], []
+    for T in main["tokens"]:
+        a, b = wall_at(main, T), wall_at(other, T)
+        if a and b and T > 0:
+            xs.append(T)
+            ys.append(b / a)
+    return xs, ys
+
+
+def summary(s: dict) -> dict:
+    toks = s["tokens"][-1] if s["tokens"] else 0
+    wall = s["wall_s"][-1] if s["wall_s"] else 0.0
+    fw = s["forwards"][-1] if s["forwards"] else 0
+    acc = s["accepted"]
+    return {"decoder": s["label"], "policy": s["policy"], "tokens": toks, "wall_s": wall,
+            "tokens_per_s": toks / wall if wall > 0 else 0.0, "target_forwards": fw,
+            "tau": toks / fw if fw else 0.0,
+            "mean_accepted": float(np.mean(acc)) if acc else 0.0, "cycles": len(acc)}
+
+
+def metrics(main: dict, others: list[dict]) -> dict:
+    """Headline numbers: each decoder's summary and main's speedup over each other decoder at
+    the largest token count both reached."""
+    out = {"decoders": [summary(main)] + [summary(o) for o in others], "speedups": {}}
+    for o in others:
+        xs, ys = speedup_series(main, o)
+        out["speedups"][o["label"]] = ys[-1] if ys else None
+    return out
+
+
+def lossy_summary(steps) -> dict | None:
+    """For policies with relaxed (lossy) acceptance (LANTERN): how many accepted tokens needed the
+    relaxation and the largest per-position distribution shift, over the steps; None if exact."""
+    rx = [s.tree.extra["relaxation"] for s in decode_steps(steps) if (s.tree.extra or {}).get("relaxation")]
+    if not rx:
+        return None
+    return {"rule": rx[0].get("rule", "relaxed"), "cycles": len(rx),
+            "relaxed_tokens": int(sum(r.get("relaxed_tokens", 0) or 0 for r in rx)),
+            "max_shift": max(float(r.get("tv_max", 0.0) or 0.0) for r in rx)}
+
+
+def metrics_html(m: dict, lossy: dict | None = None) -> str:
+    """Metric cards: speedups first (big), then one line per decoder; `lossy` = {decoder label:
+    lossy_summary} adds a warning card for decoders whose output is not exactly the target's."""
+    main = m["decoders"][0]
+    cards = []
+    for label, lo in (lossy or {}).items():
+        if lo:
+            cards.append(f'<div class="mcard lossy" title="relaxed acceptance: the output distribution is not '
+                         f'exactly the target model\'s"><div class="mval">LOSSY</div><div class="mlab"><b>{label}</b> '
+                         f'({lo["rule"]})<br><small>{lo["relaxed_tokens"]} relaxed tokens · max shift '
+                         f'{lo["max_shift"]:.3f}</small></div></div>')
+    for label, sp in m["speedups"].items():
+        val = "–" if sp is None else f"{sp:.2f}×"
+        cards.append(f'<div class="mcard speed" title="tokens per second of {main["decoder"]} / tokens per second '
+                     f'of {label}, at the same number of tokens, each timed on its own work">'
+                     f'<div class="mval">{val}</div><div class="mlab"><b>{main["decoder"]}</b> vs {label}<br>'
+                     f'<small>wall-clock speedup</small></div></div>')
+    for d in m["decoders"]:
+        cards.append(
+            f'<div class="mcard" title="tau: generated tokens per target forward pass (plain decoding: 1)">'
+            f'<div class="mval">{d["tau"]:.2f}</div><div class="mlab"><b>{d["decoder"]}</b> · τ tokens/forward<br>'
+            f'<small>{d["tokens"]} tok · {d["target_forwards"]} fwd · {d["tokens_per_s"]:.1f} tok/s</small></div></div>')
+    return '<div class="metrics">' + "".join(cards) + "</div>"
+
+
+def race_chart(all_series: list[dict], height: int = 330) -> go.Figure:
+    if not any(s["tokens"] for s in all_series):
+        return empty_figure("The race starts with the first step.", height)
+    fig = new_figure()
+    for i, s in enumerate(all_series):
+        fig.add_trace(go.Scatter(
+            x=[0.0] + s["wall_s"], y=[0] + s["tokens"], mode="lines+markers", name=s["label"],
+            line=dict(color=colour(s, i), width=3, shape="hv"), marker=dict(size=5),
+            hovertemplate=f"{s['label']}<br>%{{y}} tokens after %{{x:.2f}} s<extra></extra>"))
+    fig.update_layout(**base_layout("Race: tokens vs each decoder's own compute time", height=height))
+    fig.update_xaxes(title="seconds", rangemode="tozero")
+    fig.update_yaxes(title="tokens generated", rangemode="tozero")
+    return fig
+
+
+def speedup_chart(main: dict, others: list[dict], height: int = 330) -> go.Figure:
+    fig = new_figure()
+    any_data = False
+    for i, o in enumerate(others):
+        xs, ys = speedup_series(main, o)
+        any_data |= bool(xs)
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"vs {o['label']}",
+                                 line=dict(color=colour(o, i), width=3), marker=dict(size=5),
+                                 hovertemplate=f"vs {o['label']}: %{{y:.2f}}× at %{{x}} tokens<extra></extra>"))
+    if not any_data:
+        return empty_figure("Speedups appear once two decoders have run.", height)
+    fig.add_hline(y=1.0, line=dict(color="#9ca3af", dash="dash", width=1))
+    fig.update_layout(**base_layout(f"Running speedup of {main['label']}", height=height))
+    top = max(main["tokens"]) if main["tokens"] else 1
+    fig.update_xaxes(title="tokens generated", dtick=max(1, round(top / 8)) if top < 80 else None)
+    fig.update_yaxes(title="speedup (×)", rangemode="tozero")
+    return fig
+
+
+def acceptance_histogram(all_series: list[dict], height: int = 330) -> go.Figure:
+    drafted = [s for s in all_series if s["accepted"]]
+    if not drafted:
+        return empty_figure("No drafted cycles yet.", height)
+    top = max(max(s["accepted"]) for s in drafted)
+    fig = new_figure()
+    for i, s in enumerate(drafted):
+        counts = np.bincount(s["accepted"], minlength=top + 1)
+        share = counts / counts.sum()
+        fig.add_trace(go.Bar(x=list(range(top + 1)), y=share, name=s["label"], marker_color=colour(s, i),
+                             customdata=counts,
+                             hovertemplate=f"{s['label']}: %{{customdata}} cycles accepted %{{x}}<extra></extra>"))
+    fig.update_layout(**base_layout("Accepted draft tokens per cycle", height=height), barmode="group")
+    fig.update_xaxes(title="accepted tokens (bonus not counted)", dtick=1)
+    fig.update_yaxes(title="share of cycles", rangemode="tozero", tickformat=".0%")
+    return fig
+
+
+def calibration_data(steps, bins: int = 10) -> pd.DataFrame:
+    """Over every verified node of every drafted step: draft confidence bins vs the observed
+    acceptance rate. kind='path value': value bin vs P(accepted); kind='draft prob': the node's
+    own draft probability vs P(accepted | its parent was accepted)."""
+    rows = []
+    for s in decode_steps(steps):
+        t = s.tree
+        acc = t.accepted or [False] * len(t.tokens)
+        for i in range(1, len(t.tokens)):
+            if not t.kept[i]:
+                continue
+            rows.append(("path value", p_of(t.values[i]), bool(acc[i])))
+            if acc[t.parents[i]]:
+                rows.append(("draft prob", p_of(t.logp[i]), bool(acc[i])))
+    df = pd.DataFrame(rows, columns=["kind", "confidence", "accepted"])
+    if df.empty:
+        return pd.DataFrame(columns=["kind", "bin", "lo", "hi", "centre", "count", "accepted", "rate",
+                                     "mean_confidence"])
+    edges = np.linspace(0, 1, bins + 1)
+    df["bin"] = np.clip(np.digitize(df["confidence"], edges) - 1, 0, bins - 1)
+    g = df.groupby(["kind", "bin"]).agg(count=("accepted", "size"), accepted=("accepted", "sum"),
+                                        mean_confidence=("confidence", "mean")).reset_index()
+    g["lo"], g["hi"] = edges[g["bin"]], edges[g["bin"] + 1]
+    g["centre"] = (g["lo"] + g["hi"]) / 2
+    g["rate"] = g["accepted"] / g["count"]
+    return g[["kind", "bin", "lo", "hi", "centre", "count", "accepted", "rate", "mean_confidence"]]
+
+
+def calibration_chart(steps, height: int = 330) -> go.Figure:
+    df = calibration_data(steps)
+    if df.empty:
+        return empty_figure("Calibration fills in as cycles are verified.", height)
+    fig = new_figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
+                             line=dict(color="#9ca3af", dash="dash", width=1), hoverinfo="skip"))
+    styles = {"path value": (ROLE_COLOURS["main"], "circle"), "draft prob": (ACCEPT_COLOUR, "diamond")}
+    for kind, (c, sym) in styles.items():
+        d = df[df["kind"] == kind]
+        if d.empty:
+            continue
+        size = 7 + 12 * np.sqrt(d["count"] / d["count"].max())
+        fig.add_trace(go.Scatter(
+            x=d["mean_confidence"], y=d["rate"], mode="lines+markers", name=kind,
+            line=dict(color=c, width=2), marker=dict(size=size, symbol=sym, color=c),
+            customdata=np.stack([d["lo"], d["hi"], d["count"], d["accepted"]], axis=1),
+            hovertemplate=(f"{kind} in [%{{customdata[0]:.1f}}, %{{customdata[1]:.1f}})<br>"
+                           "%{customdata[3]} of %{customdata[2]} accepted = %{y:.0%}<extra></extra>")))
+    fig.update_layout(**base_layout("Calibration: draft confidence vs acceptance", height=height))
+    fig.update_layout(legend=dict(orientation="v", x=0.02, y=0.98, xanchor="left", yanchor="top",
+                                  bgcolor="rgba(255,255,255,0.8)"))
+    fig.update_xaxes(title="draft confidence (bin mean)", range=[-0.02, 1.02])
+    fig.update_yaxes(title="observed acceptance rate", range=[-0.02, 1.05], tickformat=".0%")
+    return fig
+
+
+def depth_acceptance(s: dict) -> list[float]:
+    """rate[k-1] = share of drafted cycles whose accepted path reached depth k."""
+    acc = np.asarray(s["accepted"])
+    if acc.size == 0:
+        return []
+    top = max(1, int(acc.max()))
+    return [float((acc >= k).mean()) for k in range(1, top + 1)]
+
+
+def depth_chart(all_series: list[dict], height: int = 330) -> go.Figure:
+    drafted = [s for s in all_series if s["accepted"]]
+    if not drafted:
+        return empty_figure("No drafted cycles yet.", height)
+    fig = new_figure()
+    for i, s in enumerate(drafted):
+        r = depth_acceptance(s)
+        fig.add_trace(go.Bar(x=list(range(1, len(r) + 1)), y=r, name=s["label"], marker_color=colour(s, i),
+                             hovertemplate=f"{s['label']}: %{{y:.0%}} of cycles reached depth %{{x}}<extra></extra>"))
+    fig.update_layout(**base_layout("Acceptance by depth", height=height), barmode="group")
+    fig.update_xaxes(title="depth", dtick=1)
+    fig.update_yaxes(title="cycles accepted to this depth", range=[0, 1.05], tickformat=".0%")
+    return fig

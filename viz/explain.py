@@ -1,0 +1,163 @@
+"""Explain mode: one cycle replayed phase by phase (expansion levels, rerank, verification,
+acceptance), each with a figure and a paragraph. Node positions stay fixed across phases."""
+from __future__ import annotations
+
+import math
+
+from .common import esc, fmt_p, show_ws
+from .tree_graph import BONUS, draw_tree, layout, tree_graph
+
+
+def phases(step) -> list[tuple[str, str]]:
+    """(key, label) of every phase of a drafted step, in order."""
+    t = step.tree
+    levels = sorted({lv for lv in t.levels[1:]})
+    out = [(f"expand:{lv}", f"Expand level {lv + 1}") for lv in levels]
+    if not all(t.kept):
+        out.append(("rerank", "Rerank"))
+    out += [("verify", "Verify"), ("accept", "Accept")]
+    return out
+
+
+def _beams(step) -> list[list[int]]:
+    return [list(b) for b in (step.tree.extra or {}).get("beam", [])]
+
+
+def explain_figure(step, key: str, height: int | None = None):
+    """The tree as it stood at one phase. Expansion phases show the nodes drafted so far, labelling
+    the root, the nodes expanded earlier and the ones selected now (ringed); later phases show the
+    whole pool with dropped nodes faded. Nodes keep their vertical order throughout."""
+    G = tree_graph(step)
+    beams = _beams(step)
+    in_beam = {i for b in beams for i in b}
+    dropped = {v for v in G.nodes if G.nodes[v]["kind"] == "dropped"}
+    x_max = max(G.nodes[v]["depth"] for v in G.nodes)
+    label = dict(phases(step)).get(key, key)
+    title = f"Cycle {step.cycle} · {step.policy} · {label}"
+    if key.startswith("expand:"):
+        lv = int(key.split(":")[1])
+        shown = {v for v in G.nodes if v != BONUS and (v == 0 or G.nodes[v]["level"] <= lv)}
+        top = max(G.nodes[v]["level"] for v in G.nodes if v != BONUS)
+        ring = beams[lv] if lv < len(beams) and lv < top else []
+        if not beams:      # a static shape is small: label everything
+            lab = set(shown)
+        else:              # the root, the nodes expanded so far and the ones selected now
+            lab = {0} | {v for v in in_beam if v in shown and G.nodes[v]["level"] < lv} | set(ring)
+            if not ring:   # the last level: nothing is selected; label its best candidates
+                new = sorted((v for v in shown if G.nodes[v]["level"] == lv), key=lambda v: -G.nodes[v]["logv"])
+                lab |= set(new[: max(len(beams[-1]) if beams else 10, 1)])
+        pos, rows = layout(G, shown, lab)
+        return draw_tree(G, pos, rows, labelled=lab, rings=ring, ring_name="selected for expansion",
+                         show_path=False, title=title, height=height, x_max=x_max)
+    pos, rows = layout(G, set(G.nodes))
+    if key == "rerank":
+        return draw_tree(G, pos, rows, faded=dropped, show_path=False, title=title, height=height, x_max=x_max)
+    if key == "verify":
+        tp = {v: G.nodes[v]["target_prob"] for v in G.nodes}
+        return draw_tree(G, pos, rows, faded=dropped, show_path=False, colour_values=tp,
+                         colour_title="target prob", title=title, height=height, x_max=x_max)
+    return draw_tree(G, pos, rows, faded=dropped, show_path=True, title=title, height=height, x_max=x_max)
+
+
+def _q(text: str) -> str:
+    return f"“{esc(show_ws(text))}”"
+
+
+def explain_text(step, key: str, greedy: bool = True) -> str:
+    """One paragraph (Markdown/HTML-safe) explaining what happened in this phase of this cycle."""
+    G = tree_graph(step)
+    t = step.tree
+    n = len(t.tokens)
+    kept = [i for i in range(1, n) if t.kept[i]]
+    beams = _beams(step)
+    root = _q(G.nodes[0]["text"])
+    max_level = max(t.levels[1:]) if n > 1 else 0
+    if key.startswith("expand:"):
+        lv = int(key.split(":")[1])
+        new = [i for i in range(1, n) if t.levels[i] == lv]
+        best = max(new, key=lambda i: t.values[i]) if new else None
+        best_s = f" The most likely one is {_q(G.nodes[best]['text'])} (path value {fmt_p(G.nodes[best]['pv'])})." if best else ""
+        extra = t.extra or {}
+        if "dyspec" in extra:  # DySpec: greedy growth from a heap of slots
+            depths = sorted({t.depths[i] for i in new})
+            return (f"**Draft call {lv + 1}.** DySpec grows the tree greedily: it keeps a heap of expandable "
+                    f"slots keyed by their estimated value, takes the best one, draws a token there from the "
+                    f"draft's remaining distribution and pushes the sibling and child slots. This call added "
+                    f"{len(new)} node{'s' if len(new) != 1 else ''} at depth "
+                    f"{', '.join(map(str, depths)) or '–'}.{best_s} Because each token is drawn before it is "
+                    f"known, the sampled tree can still be verified exactly.")
+        if not beams:  # a static shape
+            return (f"**Expansion level {lv + 1}.** The draft head runs once on the nodes of depth {lv} that have "
+                    f"children in the fixed tree shape and adds their top-ranked children: {len(new)} nodes at "
+                    f"depth {lv + 1}.{best_s} A static tree (EAGLE-1) always has the same shape, whatever the context.")
+        if lv == 0:
+            return (f"**Expansion level 1.** The draft head reads the context (the target's own features of the "
+                    f"accepted tokens) and proposes the children of the root {root}: its top-{len(new)} next "
+                    f"tokens. A node's *value* is the product of draft probabilities along its path; here it is "
+                    f"just the child's probability.{best_s} All of them are selected for expansion (ringed).")
+        parents = len({t.parents[i] for i in new})
+        mass = (step.tree.extra or {}).get("beam_mass", [])
+        sel = ""
+        if lv < len(beams) and lv < max_level:
+            m = f", holding {fmt_p(math.exp(mass[lv]))} of the draft's probability mass" if lv < len(mass) else ""
+            sel = (f" The {len(beams[lv])} highest-value candidates of the whole level (ringed) are selected "
+                   f"for the next expansion{m}; the rest stay in the pool as candidates.")
+        else:
+            sel = " This is the last level (the depth limit); the pool is complete."
+        ddd = (t.extra or {}).get("ddd")
+        if ddd:
+            chk = [c for c in ddd.get("checks", []) if c.get("level") == lv + 1]
+            if chk:
+                c = chk[0]
+                sel += (f" DDD checks the beam here: its log mass {c['beam_mass']:.2f} is "
+                        f"{'below' if c['stop'] else 'above'} the threshold {ddd.get('threshold')}, so it "
+                        f"{'stops expanding' if c['stop'] else 'keeps going'}.")
+        return (f"**Expansion level {lv + 1}.** The head runs once, in parallel, on the {parents} nodes selected "
+                f"at the previous level (each attends to the context and its own ancestors) and gives each its "
+                f"top-k children: {len(new)} new candidates at depth {lv + 1}. A child's value = its parent's "
+                f"value × its draft probability, the draft's estimate of the chance that the target accepts "
+                f"it.{best_s}{sel}")
+    if key == "rerank":
+        dropped = n - 1 - len(kept)
+        return (f"**Rerank.** Expansion drafted {n - 1} candidates. EAGLE-2 keeps the {len(kept)} of highest "
+                f"value (ties go to shallower nodes) and makes sure every kept node's ancestors are kept, so the "
+                f"root plus these form the {len(kept) + 1} tokens the target verifies. The {dropped} faded nodes "
+                f"cost draft compute but no target compute. Because values depend on the context, the shape of "
+                f"the kept tree changes from cycle to cycle: a *dynamic* draft tree.")
+    if key == "verify":
+        tps = [(t.target_prob[i] or 0.0, i) for i in kept] if t.target_prob else []
+        best = max(tps) if tps else None
+        b = (f" The target likes {_q(G.nodes[best[1]]['text'])} most ({fmt_p(best[0])})." if best else "")
+        return (f"**Verification.** The target runs the root and all {len(kept)} kept tokens in ONE forward "
+                f"pass with a tree attention mask: each token sees the committed context, its ancestors and "
+                f"itself, at position context length + depth. This yields the target's next-token "
+                f"distribution after every node. Colour now shows the target's probability of each draft token "
+                f"given its parent.{b}")
+    path = list(step.accepted_path or [])
+    acc_txt = " ".join(_q(G.nodes[i]["text"]) for i in path) or "none"
+    bonus = _q(G.nodes[BONUS]["text"]) if BONUS in G else "–"
+    extra = t.extra or {}
+    if greedy:
+        rule = ("a child is accepted if it is the target's top choice at its parent, and the longest such path "
+                "wins")
+    elif extra.get("sampled_drafts"):
+        rule = ("the sampled children are tried in the order they were drawn: child x is accepted with "
+                "probability min(1, p(x)/q(x)) (target over draft); after a rejection the target's residual "
+                "max(p - q, 0) is renormalised (SpecInfer's rule), which keeps the output distribution exactly "
+                "the target's")
+    else:
+        rule = ("the children of a node are tried in rank order and child x is accepted with the target's "
+                "probability p(x); after a rejection p(x) is set to 0 and p renormalised, which keeps the output "
+                "distribution exactly the target's")
+    rx = extra.get("relaxation")
+    lossy = ""
+    if rx:
+        lossy = (f" **Lossy:** {rx.get('rule', 'relaxed')} acceptance also lets through tokens whose embedding "
+                 f"neighbours hold target mass; here {rx.get('relaxed_tokens', 0)} accepted token(s) needed the "
+                 f"relaxation (largest distribution shift {fmt_p(rx.get('tv_max'))}). The output is no longer "
+                 f"exactly the target's.")
+    return (f"**Acceptance.** Walking down from the root, {rule}. Accepted here: {len(path)} draft token"
+            f"{'s' if len(path) != 1 else ''} ({acc_txt}). The target's own token after the last accepted node "
+            f"is the bonus {bonus}, so this cycle emits {len(path) + 1} token{'s' if path else ''} for one target "
+            f"forward. The bonus is the next cycle's root; the keys/values of the accepted tokens are kept and the "
+            f"rest are discarded.{lossy}")

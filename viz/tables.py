@@ -1,0 +1,38 @@
+"""Per-cycle table of a trace (pandas), for the app's table and the CSV download."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .common import show_ws
+
+COLUMNS = ["cycle", "policy", "accepted", "emitted", "text", "bonus", "drafted", "verified", "draft_calls",
+           "draft_ms", "verify_ms", "total_ms", "tokens", "target_forwards", "wall_s", "tau", "finished"]
+
+
+def cycle_table(steps) -> pd.DataFrame:
+    """One row per cycle (cycle 0 = prefill): what it emitted, its tree sizes, timings and the
+    running totals."""
+    rows = []
+    for s in steps:
+        t = s.tree
+        texts = list(s.new_texts)
+        bonus = None
+        if s.bonus is not None and len(texts) > s.accepted_len:
+            bonus = show_ws(texts[s.accepted_len])
+        cum = s.cumulative or {}
+        fw = cum.get("target_forwards", 0)
+        rows.append({
+            "cycle": s.cycle, "policy": s.policy, "accepted": s.accepted_len, "emitted": len(s.new_tokens),
+            "text": "".join(show_ws(x) for x in texts), "bonus": bonus,
+            "drafted": len(t.tokens) - 1 if t is not None else 0,
+            "verified": sum(bool(k) for k in t.kept) - 1 if t is not None else 0,
+            "draft_calls": (t.extra or {}).get("draft_calls", 0) if t is not None else 0,
+            "draft_ms": round(1000 * s.timings.get("draft_s", 0.0), 1),
+            "verify_ms": round(1000 * s.timings.get("verify_s", 0.0), 1),
+            "total_ms": round(1000 * s.timings.get("total_s", 0.0), 1),
+            "tokens": cum.get("tokens", 0), "target_forwards": fw,
+            "wall_s": round(cum.get("wall_s", 0.0), 3),
+            "tau": round(cum.get("tokens", 0) / fw, 3) if fw else 0.0,
+            "finished": s.finished or "",
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
