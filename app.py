@@ -383,8 +383,8 @@ def render(view: View | None, cycle=None, colour_by="path value", show_dropped=F
     pv = view.previews.get(st.cycle) if st is not None else None
     if pv is not None:
         cmp = viz.tree_figure(pv, colour_by=cb, show_dropped=show_dropped,
-                              title=f"{pv.policy} on the same context: accepted {pv.accepted_len} + bonus "
-                                    f"({st.policy}: {st.accepted_len} + bonus)")
+                              title=f"{pv.policy} on the same context: accepted {pv.accepted_len} "
+                                    f"({st.policy}: {st.accepted_len})")
     else:
         cmp = viz.empty_figure("No side-by-side tree for this cycle.", 460)
     dr = view.drafted

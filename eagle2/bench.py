@@ -96,8 +96,9 @@ def make_decoder(bundle, name, sp, max_new, tree_kw, profile):
         pol = AutoBudgetPolicy(profile=profile, **{k: v for k, v in tree_kw.items()
                                                    if k in ("depth", "top_k") and v is not None})
         return Decoder(bundle, pol, sp, max_new_tokens=max_new, record=False)
-    kw = {k: v for k, v in tree_kw.items() if v is not None} if name not in ("plain",) else {}
-    if name == "static":
+    # tree flags apply to the tree-building policies; 'auto' only to eagle2, the static shape is fixed
+    kw = {k: v for k, v in tree_kw.items() if v is not None and v != "auto"}
+    if name in ("plain", "static"):
         kw = {}
     return Decoder(bundle, name, sp, max_new_tokens=max_new, record=False, **kw)
 

@@ -49,6 +49,8 @@ class Decoder:
         else:
             policy.validate()
             self.policy = policy
+        if hasattr(self.policy, "prepare"):  # per-model setup outside the timed steps (LANTERN's index)
+            self.policy.prepare(self.b)
 
     @property
     def policy_name(self) -> str:
@@ -116,9 +118,11 @@ class Decoder:
         check(self.finished is None, f"Generation has finished ({self.finished}); reset to start again.")
         if self.policy is None:
             return self._plain_step()
+        # a preview() may have absorbed the pending pairs already: that work belongs to this draft
+        carried = self._absorb_s if self.root_g is not None else 0.0
         t0 = self._now()
         tree, runner = self._draft(self.policy)
-        t1 = self._now()
+        t1 = self._now() + carried
         feats, logits, vb = self._verify_forward(tree)
         path_pos, bonus = self._accept(tree, vb, logits)
         t2 = self._now()
@@ -152,7 +156,7 @@ class Decoder:
         accepted_pool = [vb.pool_idx[p] for p in path_pos]
         self._annotate(tree, vb, logits, accepted_pool)
         toks = [int(vb.tokens[p]) for p in path_pos] + [bonus]
-        return StepTrace(cycle=self.cycle + 1, policy=policy.name, new_tokens=toks,
+        return StepTrace(cycle=self.cycle, policy=policy.name, new_tokens=toks,
                          new_texts=self.b.token_texts(toks), accepted_len=len(path_pos), bonus=bonus,
                          timings={"draft_s": t1 - t0, "verify_s": t2 - t1, "commit_s": 0.0,
                                   "total_s": t2 - t0},
@@ -190,6 +194,7 @@ class Decoder:
         feature at the root, whose logits give the root's children."""
         if self.root_g is not None:
             return
+        t0 = self._now()
         feats, toks = self.pending
         hc = self.hcache
         n = len(toks)
@@ -198,6 +203,7 @@ class Decoder:
                                        torch.arange(hc.length, hc.length + n, device=dev), hc.length)
         hc.advance(n)
         self.root_g = g[-1]
+        self._absorb_s = self._now() - t0
 
     def _draft(self, policy, gen=None):
         self._absorb()
@@ -259,7 +265,7 @@ class Decoder:
             if t in eos:
                 self.finished = "eos"
                 break
-        room = self.max_new_tokens - len(self.generated)
+        room = max(0, self.max_new_tokens - len(self.generated))
         if len(out) >= room:
             out = out[:room]
             self.finished = self.finished or "max_new_tokens"

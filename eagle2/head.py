@@ -105,15 +105,20 @@ def head_config(args: LlamaArgs, fc_bias: bool, draft_vocab_size: int | None) ->
     return cfg
 
 
-def save_head(head: EagleHead, out: Path, extra_card: str | None = None) -> None:
+def save_head(head: EagleHead, out: Path, extra_card: str | None = None, embed: bool = False,
+              dtype: torch.dtype = torch.float16) -> None:
+    """Write config.json + model.safetensors in the official layout. The embedding is the target's
+    (frozen) and is left out unless `embed`; fp16 keeps a shipped head a few MB."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().float().contiguous().cpu() for k, v in head.state_dict().items()}
+    state = {k: v.detach().to(dtype).contiguous().cpu() for k, v in head.state_dict().items()
+             if embed or k != "embed_tokens.weight"}
     if head.draft_ids is not None:
         ids = head.draft_ids.cpu().long()
         state["d2t"] = ids - torch.arange(ids.numel())
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = head_config(head.args, head.fc_bias, None if head.draft_ids is None else head.draft_ids.numel())
+    cfg["torch_dtype"] = str(dtype).replace("torch.", "")
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     if extra_card:
         (out / "README.md").write_text(extra_card)

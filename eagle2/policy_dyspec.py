@@ -14,8 +14,14 @@ same temperature. Each parent's q (a dense [V_target] tensor; zero outside the h
 vocabulary) is kept in `tree.draft_dists` and verification uses the SpecInfer rule for siblings
 sampled without replacement (verify.specinfer), so the output distribution is exactly the
 target's. Greedy (temperature 0): y = the most likely token left in R, i.e. siblings are the
-head's top tokens in order and the heap grows the best-first tree of the highest path values
-(the paper's greedy setting); verification is greedy, hence token-for-token plain greedy.
+head's top tokens in order (drafts need not be random when the target's choice is deterministic),
+with the paper's heap keys. Verification is greedy, hence token-for-token plain greedy.
+Option `best_first` (greedy only): the value of the child a slot would add is then known,
+v_n * max R_n, and the heap is keyed by it instead of by v_n * remaining mass (which only bounds
+it), so the tree is exactly the budget's highest-value nodes, the optimum of the
+expected-accepted-length model (tokens per cycle ~ 1 + sum of node values). The price: a node's
+key is only known once the head has run there, so nearly every node costs a draft call (with a
+flat head, ~budget calls per cycle instead of 1), which is why it is not the default.
 
 The threshold variant (`threshold` = t) builds level by level instead: at every level each node
 keeps drawing children while its slot value exceeds t, children with value > t are expanded at the
@@ -56,6 +62,7 @@ class DySpecPolicy:
     top_k: int | None = None            # max children per node (None: no cap)
     threshold: float | None = None      # t: the level-by-level threshold variant (None: heap)
     lookahead: int = 1                  # nodes the head runs per draft call in the heap mode
+    best_first: bool = False            # greedy only: exact keys, the top-N tree (see module doc)
     name: str = "dyspec"
     sampled_drafts = True               # class attribute: siblings are sampled, not top-k
     _fallback_gen: torch.Generator = field(default=None, repr=False, compare=False)
@@ -68,6 +75,7 @@ class DySpecPolicy:
         k = self.top_k
         check(k is None or (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 1024),
               f"DySpec top k (max children per node) must be an integer in [1, 1024] or unset (got {k!r}).")
+        check(isinstance(self.best_first, bool), f"DySpec best_first must be True or False (got {self.best_first!r}).")
         t = self.threshold
         check(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and 0.0 < t < 1.0),
               f"DySpec threshold must be a probability in (0, 1), about 1/budget (got {t!r}).")
@@ -93,7 +101,8 @@ class DySpecPolicy:
         t.extra.update(sampled_drafts=not greedy, draft_calls=runner.calls,
                        dyspec={"mode": "heap" if self.threshold is None else "threshold", "greedy": greedy,
                                "temperature": 0.0 if greedy else temp, "budget": self.total_tokens - 1,
-                               "threshold": self.threshold, "slot_value": st.slot_value,
+                               "threshold": self.threshold, "best_first": greedy and self.best_first,
+                               "slot_value": st.slot_value,
                                "ranks": "sampling order" if not greedy else "draft probability"})
         return t
 
@@ -123,9 +132,15 @@ class _State:
     def _set_dist(self, n: int, logp: torch.Tensor) -> None:
         lp = logp.float()
         q = torch.softmax(lp / self.temp, -1) if self.temp != 1.0 else lp.exp()
+        self.nchild[n] = 0
+        if not bool(torch.isfinite(q).all()):
+            # a diverging head (features overflowing along a long chain): this node gets no
+            # children. The decision uses draft-side numbers only, so losslessness is unaffected.
+            self.R[n], self.rem[n] = q.nan_to_num(0.0, 0.0, 0.0), 0.0
+            self.b.t.extra.setdefault("nonfinite_draft_nodes", []).append(n)
+            return
         self.R[n] = q.clone()
         self.rem[n] = 1.0
-        self.nchild[n] = 0
         if not self.greedy:
             if self.draft_ids is None:
                 qf = q.clone()
@@ -168,14 +183,25 @@ class _State:
         k = self.pol.top_k
         return self.rem[n] > 0.0 and self.nchild[n] < self.Vd and (k is None or self.nchild[n] < k)
 
+    def _key(self, n: int) -> float:
+        """Log heap key of n's slot (n's distribution known): the paper's v_n * (mass not yet
+        drawn); with best_first (greedy), the exact value of the child it would add, v_n * max R_n."""
+        if self.greedy and self.pol.best_first:
+            m = float(self.R[n].max())
+            return self.b.t.values[n] + math.log(m) if m > 0.0 else -math.inf
+        return self.b.t.values[n] + math.log(self.rem[n])
+
     def _push(self, heap, logv: float, n: int) -> None:
         self.counter += 1
         heapq.heappush(heap, (-logv, self.counter, n))
 
     def grow_heap(self) -> None:
+        """Slots of nodes whose distribution is not computed yet are keyed by the node's own value
+        (the paper's key; with best_first an upper bound, replaced by the exact key once the head
+        has run there, so nodes are added exactly in decreasing value)."""
         t = self.b.t
         heap: list = []
-        self._push(heap, 0.0, 0)
+        self._push(heap, self._key(0), 0)
         added = 0
         look = self.pol.lookahead
         while heap and added < self.budget:
@@ -189,13 +215,17 @@ class _State:
                             if len(batch) >= look:
                                 break
                 self._run(batch)
+                if self.greedy and self.pol.best_first:  # the key was an upper bound: requeue
+                    if self._sibling_ok(n):
+                        self._push(heap, self._key(n), n)
+                    continue
             got = self._draw_child(n, -negv)
             if got is None:
                 continue
             idx, lq = got
             added += 1
             if self._sibling_ok(n):
-                self._push(heap, t.values[n] + math.log(self.rem[n]), n)
+                self._push(heap, self._key(n), n)
             if t.depths[idx] < self.pol.depth:
                 self._push(heap, t.values[idx], idx)
 
@@ -207,7 +237,8 @@ class _State:
         while frontier and added < self.budget:
             heap: list = []
             for n in frontier:
-                self._push(heap, t.values[n], n)
+                if self._sibling_ok(n):
+                    self._push(heap, self._key(n), n)
             new = []
             while heap and added < self.budget:
                 negv, _, n = heapq.heappop(heap)
@@ -219,7 +250,7 @@ class _State:
                 idx, lq = got
                 added += 1
                 if self._sibling_ok(n):
-                    v = t.values[n] + math.log(self.rem[n])
+                    v = self._key(n)
                     if v > logt:
                         self._push(heap, v, n)
                 if t.values[idx] > logt and t.depths[idx] < self.pol.depth:
@@ -229,6 +260,8 @@ class _State:
             frontier = new
 
 
-def make_dyspec(total_tokens=None, depth=None, top_k=None, threshold=None, lookahead=None) -> DySpecPolicy:
-    kw = dict(total_tokens=total_tokens, depth=depth, top_k=top_k, threshold=threshold, lookahead=lookahead)
+def make_dyspec(total_tokens=None, depth=None, top_k=None, threshold=None, lookahead=None,
+                best_first=None) -> DySpecPolicy:
+    kw = dict(total_tokens=total_tokens, depth=depth, top_k=top_k, threshold=threshold, lookahead=lookahead,
+              best_first=best_first)
     return DySpecPolicy(**{k: v for k, v in kw.items() if v is not None})

@@ -156,6 +156,21 @@ class LanternPolicy(StaticPolicy):
         return (f"LANTERN++: p~(x) <= {self.lam:g} p(x), k={self.k}" if self.delta is None
                 else f"LANTERN: total variation <= {self.delta:g} per position, k={self.k}")
 
+    @property
+    def exact(self) -> bool:
+        """lam = 1 / delta = 0: nothing is ever moved, verification is exact."""
+        return self.lam == 1.0 if self.delta is None else self.delta == 0.0
+
+    def lossy_note(self, greedy: bool) -> str:
+        if self.exact:
+            return (f"note: policy 'lantern' with {'lambda = 1' if self.delta is None else 'delta = 0'} moves no "
+                    f"probability mass: verification is exact (normally LANTERN is LOSSY).")
+        return LOSSY_NOTE.format(mode="greedy" if greedy else "sampling", bound=self.bound_text())
+
+    def prepare(self, bundle) -> None:
+        """Load (or compute and cache, once per model) the neighbour index before decoding."""
+        neighbours_for(bundle, self.k, self.metric)
+
     def draft(self, runner: HeadRunner, root: int) -> DraftTree:
         t = super().draft(runner, root)
         t.extra["lossy"] = True

@@ -213,7 +213,7 @@ def test_save_load_roundtrip(tmp_path, target, kind):
         for p in head.parameters():
             p.normal_(0, 0.1)
     out = tmp_path / kind
-    save_head(head, out)
+    save_head(head, out, embed=True, dtype=torch.float32)  # the full official layout, exact
 
     # the file has exactly the official key layout
     keys = set(load_file(str(out / "model.safetensors")))
@@ -238,6 +238,18 @@ def test_save_load_roundtrip(tmp_path, target, kind):
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert loaded.fc_bias == head.fc_bias and loaded.args.qkv_bias == head.args.qkv_bias
+
+    # the compact default (how heads ship): no embedding (the target's is used), fp16 weights
+    small = tmp_path / (kind + "-compact")
+    save_head(head, small)
+    st = load_file(str(small / "model.safetensors"))
+    assert set(st) == official - {"embed_tokens.weight"}
+    assert all(v.dtype == torch.float16 for k, v in st.items() if k != "d2t")
+    loaded2, _ = load_head(small, targs)
+    assert not loaded2.has_embed
+    for k, v in head.state_dict().items():
+        if k != "embed_tokens.weight":
+            assert torch.allclose(v, loaded2.state_dict()[k].float(), atol=1e-3), k
     if dv is None:
         assert loaded.draft_ids is None
     else:

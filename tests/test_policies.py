@@ -136,6 +136,7 @@ def test_greedy_identity_real_model(real, policy):
 TINY_GREEDY = [
     ("dyspec", dict(total_tokens=8)),
     ("dyspec", dict(total_tokens=8, threshold=0.05, lookahead=2)),
+    ("dyspec", dict(total_tokens=8, best_first=True)),
     ("ddd", dict(total_tokens=8, depth=4, top_k=3, check_levels=(2, 3), threshold=-0.7)),
     ("lantern", dict(lam=1.0, k=3)),
     ("lantern", dict(delta=0.0, k=2, metric="l2")),
@@ -286,6 +287,66 @@ def test_dyspec_tree_records(tiny):
                 for q in t.draft_dists.values():
                     assert q.shape == (b.target.args.vocab_size,) and abs(float(q.sum()) - 1) < 1e-5
             json.dumps(t.to_dict())
+
+
+class _FakeRunner:
+    """A HeadRunner stand-in whose draft distribution after token y is softmax(W[y]) (root: W[0]);
+    token `bad` makes the head return NaN (a diverging head)."""
+
+    def __init__(self, V=5, seed=0, bad=None, sp=None):
+        g = torch.Generator().manual_seed(seed)
+        self.W = 2.0 * torch.randn(V, V, generator=g)
+        self.head = type("H", (), {"draft_ids": None, "args": type("A", (), {"vocab_size": V})})()
+        self.root_logp = torch.log_softmax(self.W[0], -1)
+        self.root_g = torch.zeros(2)
+        self.calls, self.bad = 1, bad
+        self.sampling, self.gen = sp or SamplingParams(), torch.Generator().manual_seed(seed)
+
+    def run(self, tokens, parent_g, parent_slots, depths):
+        self.calls += 1
+        lp = torch.log_softmax(self.W[tokens], -1)
+        for j, t in enumerate(tokens):
+            if t == self.bad:
+                lp[j] = float("nan")
+        return torch.zeros(len(tokens), 2), lp, list(range(len(tokens)))
+
+
+@pytest.mark.parametrize("budget", [3, 9, 20])
+def test_dyspec_greedy_heap_is_best_first(budget):
+    """Greedy DySpec with best_first: its nodes are exactly the budget highest-value sequences;
+    with the paper's keys every node still has a value no larger than its parent's and the budget
+    is filled."""
+    from itertools import product
+    from eagle2.policy_dyspec import DySpecPolicy
+    r = _FakeRunner()
+    t = DySpecPolicy(total_tokens=budget + 1, depth=3).draft(_FakeRunner(), root=0)
+    assert len(t.tokens) == budget + 1
+    assert all(t.values[i] <= t.values[t.parents[i]] for i in range(1, budget + 1))
+    t = DySpecPolicy(total_tokens=budget + 1, depth=3, best_first=True).draft(r, root=0)
+    W = torch.log_softmax(r.W, -1)
+    vals = []
+    for d in (1, 2, 3):
+        for seq in product(range(5), repeat=d):
+            v, prev = 0.0, 0
+            for y in seq:
+                v, prev = v + float(W[prev, y]), y
+            vals.append(v)
+    best = sorted(vals, reverse=True)[:budget]
+    assert np.allclose(sorted(t.values[1:], reverse=True), best, atol=1e-5)
+    internal = {t.parents[i] for i in range(1, len(t.tokens))} - {0}
+    assert len(internal) <= r.calls - 1 <= len(t.tokens) - 1  # the head ran only where it was needed
+
+
+def test_dyspec_survives_a_diverging_head():
+    from eagle2.policy_dyspec import DySpecPolicy
+    for sp in (SamplingParams(), SamplingParams(temperature=1.0)):
+        r = _FakeRunner(bad=2, sp=sp)
+        t = DySpecPolicy(total_tokens=30, depth=4).draft(r, root=0)
+        assert len(t.tokens) == 30
+        for n in t.extra["nonfinite_draft_nodes"]:
+            assert t.tokens[n] == 2 and n not in t.parents  # no children under a NaN distribution
+        if not sp.greedy:
+            assert all(torch.isfinite(q).all() for q in t.draft_dists.values())
 
 
 def test_dyspec_draws_are_reproducible(tiny):
@@ -452,6 +513,7 @@ def test_lantern_steps_within_bound(tiny, tmp_cache, sp):
     ("dyspec", dict(threshold=1.0), r"threshold must be a probability in \(0, 1\)"),
     ("dyspec", dict(threshold=0.0), "threshold must be"),
     ("dyspec", dict(lookahead=0), "lookahead must be"),
+    ("dyspec", dict(best_first=1), "best_first must be True or False"),
     ("lantern", dict(lam=0.9), r"lambda must be a number in \[1, 1000\]"),
     ("lantern", dict(lam=float("inf")), "lambda must be"),
     ("lantern", dict(delta=1.5), r"delta must be a probability in \[0, 1\]"),
@@ -493,7 +555,9 @@ def test_cli(tiny, tmp_cache, capsys):
         out, err = capsys.readouterr()
         s = json.loads(out.strip().splitlines()[-1])
         assert s["policy"] == extra[1] and s["new_tokens"] == 12
-        assert s["lossy"] == (extra[1] == "lantern") and ("LOSSY" in err) == (extra[1] == "lantern")
+        assert s["lossy"] == (extra[1] == "lantern") and ("is LOSSY" in err) == (extra[1] == "lantern")
+    assert main(base + ["--policy", "lantern", "--lantern-delta", "0", "--lantern-k", "2"]) == 0  # exact: said so
+    assert "verification is exact" in capsys.readouterr().err
     for bad, msg in ((["--policy", "eagle2", "--lantern-lambda", "2"], "applies to --policy lantern"),
                      (["--policy", "ddd", "--ddd-checks", "5;7"], "comma-separated integers"),
                      (["--policy", "lantern", "--lantern-lambda", "0.5"], "lambda must be")):
