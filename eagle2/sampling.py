@@ -53,6 +53,8 @@ def probs_from_logits(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, gen: torch.Generator | None) -> int:
+    if gen is not None and probs.device != gen.device:  # decoders seed a CPU generator, also on CUDA
+        probs = probs.to(gen.device)
     return int(torch.multinomial(probs, 1, generator=gen).item())
 
 

@@ -67,7 +67,10 @@ def batched_generate(model, seqs: list[list[int]], max_new: int, sp, gen, eos: s
         if sp.greedy:
             nxt = logits.argmax(-1)
         else:
-            nxt = torch.multinomial(probs_from_logits(logits, sp), 1, generator=gen).squeeze(1)
+            probs = probs_from_logits(logits, sp)
+            if gen is not None and probs.device != gen.device:
+                probs = probs.to(gen.device)
+            nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1).to(dev)
         for i in alive.nonzero().flatten().tolist():
             t = int(nxt[i])
             out[i].append(t)
