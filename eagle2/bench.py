@@ -123,6 +123,12 @@ def run_one(bundle, runner, q, sp, max_new) -> dict:
         ids_all += r["token_ids"]
         for k in ("new_tokens", "target_forwards", "wall_s"):
             tot[k] += r[k]
+        st = r.get("policy_stats") or {}
+        if "positions" in st:  # a lossy policy's record of how far it moved from exact decoding
+            for k in ("positions", "relaxed_tokens"):
+                tot[k] += st[k]
+            tot["tv_sum"] += st["mean_tv"] * st["positions"]
+            tot["max_tv"] = max(tot["max_tv"], st["max_tv"])
         msgs.append({"role": "assistant", "content": text})
     tot["token_ids"] = ids_all
     return tot
@@ -203,6 +209,8 @@ def main(argv=None) -> int:
                              "repeat": rep, **{k: res[k] for k in ("new_tokens", "target_forwards", "wall_s")},
                              "tau": res["new_tokens"] / max(res["target_forwards"], 1),
                              "tokens_per_s": res["new_tokens"] / res["wall_s"] if res["wall_s"] else 0.0,
+                             **({k: res[k] for k in ("positions", "relaxed_tokens", "tv_sum", "max_tv")}
+                                if "positions" in res else {}),
                              "token_ids": res["token_ids"]})
                 bar.update(1)
     bar.close()
@@ -216,7 +224,8 @@ def main(argv=None) -> int:
         summary["verify_profile_s"] = profile
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     with open(out / "per_prompt.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "token_ids"])
+        fields = list(dict.fromkeys(k for r in rows for k in r if k != "token_ids"))
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         for r in rows:
             w.writerow({k: v for k, v in r.items() if k != "token_ids"})
@@ -239,6 +248,14 @@ def summarise(rows, names, greedy) -> dict:
         for n, s in by_pol.items():
             rs = [r for r in rows if r["policy"] == n]
             s["identical_to_plain"] = sum(r["token_ids"] == plain_ids[(r["question_id"], r["repeat"])] for r in rs) / max(len(rs), 1)
+    for n, s in by_pol.items():
+        rs = [r for r in rows if r["policy"] == n and "positions" in r]
+        if rs:  # lossy policies: how often tokens were relaxed and the total-variation shift
+            pos = sum(r["positions"] for r in rs)
+            s["relaxed_tokens"] = int(sum(r["relaxed_tokens"] for r in rs))
+            s["relaxed_per_token"] = s["relaxed_tokens"] / max(s["new_tokens"], 1)
+            s["mean_tv"] = sum(r["tv_sum"] for r in rs) / max(pos, 1)
+            s["max_tv"] = max(r["max_tv"] for r in rs)
     cats = sorted({r["category"] for r in rows})
     by_cat = {}
     for c in cats:
@@ -254,5 +271,8 @@ def print_table(summary) -> None:
     print(f"\n{'policy':34s} {'tau':>6s} {'tok/s':>8s} {'speedup':>8s} {'tokens':>7s} {'fwds':>6s}")
     for n, s in summary["policies"].items():
         ident = f"  identical {s['identical_to_plain']:.0%}" if "identical_to_plain" in s else ""
+        if "mean_tv" in s:
+            ident += (f"  LOSSY: {s['relaxed_tokens']} relaxed tokens, mean TV {s['mean_tv']:.3f}, "
+                      f"max TV {s['max_tv']:.3f}")
         print(f"{n:34s} {s['tau']:6.2f} {s['tokens_per_s']:8.2f} {s['speedup']:7.2f}x {s['new_tokens']:7d} "
               f"{s['target_forwards']:6d}{ident}")

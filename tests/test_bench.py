@@ -1,0 +1,43 @@
+"""The benchmark CLI end to end on the real default model (tiny run): summary, CSV and report,
+speedups relative to plain from the same run, greedy identity re-checked, clear input errors."""
+import csv
+import json
+
+from eagle2.cli import main as cli_main
+
+
+def write_prompts(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_bench_writes_summary_csv_and_report(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    write_prompts(prompts, [
+        {"question_id": 1, "category": "math", "turns": ["What is 12 plus 30?"]},
+        {"question_id": 2, "category": "writing", "turns": ["Write one line about rain.", "Make it shorter."]},
+    ])
+    out = tmp_path / "out"
+    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "static,eagle2", "--max-new-tokens", "12",
+                   "--total-tokens", "8", "--depth", "3", "--top-k", "4", "--sweep", "--sweep-total-tokens", "4",
+                   "--sweep-depth", "2", "--sweep-top-k", "2", "--out", str(out)])
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["policies"]) == {"plain", "static", "eagle2", "eagle2[N=4,d=2,k=2]"}
+    for name, p in s["policies"].items():
+        assert {"tau", "tokens_per_s", "speedup", "new_tokens", "target_forwards"} <= set(p)
+        assert p["identical_to_plain"] == 1.0, name          # greedy: lossless
+        assert p["tau"] == p["new_tokens"] / p["target_forwards"]
+    assert s["policies"]["plain"]["speedup"] == 1.0 and s["policies"]["plain"]["tau"] == 1.0
+    assert set(s["by_category"]) == {"math", "writing"} and s["device"].startswith("cpu")
+    rows = list(csv.DictReader(open(out / "per_prompt.csv")))
+    assert len(rows) == 2 * 4 and {r["policy"] for r in rows} == set(s["policies"])
+    html = (out / "report.html").read_text()
+    assert "Speedup over plain" in html and "top_k = 2" in html
+
+
+def test_bench_rejects_a_malformed_prompt_file(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": 1, "turns": "not a list"}\n')
+    assert cli_main(["bench", "--prompts", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "line 1" in err and "turns" in err and "Traceback" not in err
