@@ -37,37 +37,13 @@ ALPHA = 1e-3  # false-alarm rate of every statistical test in this file
 
 
 # ------------------------------------------------------------------------------------ fixtures
-def _tiny_target(folder: Path, vocab: int, seed: int = 0, std: float = 0.3):
-    """A 1-layer random LlamaForCausalLM (every parameter randomised) + a word-level tokenizer."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                      rms_norm_eps=1e-6)
-    g = torch.Generator().manual_seed(seed)
-    model = LlamaForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(std * torch.randn(p.shape, generator=g))
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(folder))
-    tk = Tokenizer(models.WordLevel(vocab={"<unk>": 0, **{f"w{i}": i for i in range(1, vocab)}}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>").save_pretrained(str(folder))
-    return model
-
-
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(bundle, hf_model) for a 6-token-vocabulary random target with a random EAGLE head."""
+def tiny(tiny_target):
+    """(bundle, hf_model) for a 6-token-vocabulary random 1-layer target with a random EAGLE head
+    (conftest's builder: every parameter randomised, word-level tokenizer)."""
     from eagle2.loading import load_bundle
-    folder = tmp_path_factory.mktemp("tiny6")
-    hf = _tiny_target(folder, vocab=6)
+    folder, hf = tiny_target("policies-v6", vocab=6, hidden=32, layers=1, heads=2, kv_heads=1, inter=64,
+                             weight_std=0.3)
     return load_bundle(str(folder), "random"), hf
 
 
