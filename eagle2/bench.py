@@ -28,13 +28,28 @@ from .sampling import SamplingParams
 from .selfdistill import read_prompts
 
 
+
+def spread_over_categories(prompts: list[dict], k: int) -> list[dict]:
+    """The first k prompts of a round-robin over categories: prompt files are often grouped by
+    category, and the first k of those would measure one kind of text only."""
+    by_cat: dict[str, list[dict]] = {}
+    for q in prompts:
+        by_cat.setdefault(q["category"], []).append(q)
+    out, r = [], 0
+    while len(out) < min(k, len(prompts)):
+        for qs in by_cat.values():
+            if r < len(qs) and len(out) < k:
+                out.append(qs[r])
+        r += 1
+    return out
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eagle2 bench", description=__doc__)
     ap.add_argument("--prompts", required=True, help="MT-bench format jsonl (question_id, category, turns)")
     ap.add_argument("--policies", default="plain,static,eagle2",
                     help="comma list: plain, static, eagle2, ddd, dyspec, lantern, hf, hf-pld")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--limit", type=int, default=0, help="first K prompts only")
+    ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--total-tokens", default=None, help="an integer, or 'auto' (hardware-aware budget)")
@@ -154,7 +169,7 @@ def main(argv=None) -> int:
     sp.validate()
     prompts = read_prompts(Path(a.prompts))
     if a.limit:
-        prompts = prompts[: a.limit]
+        prompts = spread_over_categories(prompts, a.limit)
     check(a.repeats >= 1, "--repeats must be >= 1.")
     names = [p.strip() for p in a.policies.split(",") if p.strip()]
     check(len(names) > 0, "No policies given.")

@@ -127,7 +127,6 @@ class LanternPolicy(StaticPolicy):
     k: int = 10
     metric: str = "cosine"
     name: str = "lantern"
-    lossy = True
     stats: dict = field(default_factory=lambda: {"positions": 0, "relaxed_tokens": 0, "tokens_checked": 0,
                                                  "tv_sum": 0.0, "tv_max": 0.0, "moved_mass_sum": 0.0})
 
@@ -161,6 +160,10 @@ class LanternPolicy(StaticPolicy):
         """lam = 1 / delta = 0: nothing is ever moved, verification is exact."""
         return self.lam == 1.0 if self.delta is None else self.delta == 0.0
 
+    @property
+    def lossy(self) -> bool:
+        return not self.exact
+
     def lossy_note(self, greedy: bool) -> str:
         if self.exact:
             return (f"note: policy 'lantern' with {'lambda = 1' if self.delta is None else 'delta = 0'} moves no "
@@ -173,7 +176,7 @@ class LanternPolicy(StaticPolicy):
 
     def draft(self, runner: HeadRunner, root: int) -> DraftTree:
         t = super().draft(runner, root)
-        t.extra["lossy"] = True
+        t.extra["lossy"] = self.lossy
         t.extra["relaxation"] = {"rule": self.rule, "lambda": self.lam, "delta": self.delta, "k": self.k,
                                  "metric": self.metric}
         t._policy = self  # not serialised: accept_relaxed adds its numbers to self.stats
@@ -181,7 +184,7 @@ class LanternPolicy(StaticPolicy):
 
     def summary_stats(self) -> dict:
         s = self.stats
-        return {"lossy": True, "rule": self.rule, "lambda": self.lam, "delta": self.delta, "k": self.k,
+        return {"lossy": self.lossy, "rule": self.rule, "lambda": self.lam, "delta": self.delta, "k": self.k,
                 "positions": s["positions"], "relaxed_tokens": s["relaxed_tokens"],
                 "relaxed_rate": s["relaxed_tokens"] / max(1, s["tokens_checked"]),
                 "mean_tv": s["tv_sum"] / max(1, s["positions"]), "max_tv": s["tv_max"],

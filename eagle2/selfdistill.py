@@ -61,6 +61,7 @@ def batched_generate(model, seqs: list[list[int]], max_new: int, sp, gen, eos: s
     x = model.forward_batch(cache, tokens, pos, mask)[:, -1]
     cache.advance(P)
     out = [[] for _ in range(B)]
+    rows = torch.arange(B, device=dev)  # batch row -> prompt index (rows are dropped as they finish)
     alive = torch.ones(B, dtype=torch.bool, device=dev)
     for step in range(max_new):
         logits = model.logits(x)
@@ -73,11 +74,18 @@ def batched_generate(model, seqs: list[list[int]], max_new: int, sp, gen, eos: s
             nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1).to(dev)
         for i in alive.nonzero().flatten().tolist():
             t = int(nxt[i])
-            out[i].append(t)
+            out[int(rows[i])].append(t)
             if t in eos:
                 alive[i] = False
         if not alive.any() or step == max_new - 1:
             break
+        if int(alive.sum()) <= 0.75 * alive.numel():
+            # finished rows would still cost a full forward each step (and their growing K/V
+            # reads): drop them from the batch once a quarter of it is done
+            keep = alive.nonzero().flatten()
+            cache.k, cache.v = cache.k[:, keep], cache.v[:, keep]
+            valid, pos, rows, nxt = valid[keep], pos[keep], rows[keep], nxt[keep]
+            alive = alive[keep]
         L = cache.length
         m = valid[:, None, None, : L + 1]
         x = model.forward_batch(cache, nxt[:, None], (pos[:, -1:] + step + 1), m)[:, -1]

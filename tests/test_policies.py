@@ -443,7 +443,9 @@ def test_lantern_exact_when_lambda_1(tiny, tmp_cache):
         for kw in (dict(lam=1.0, k=3), dict(delta=0.0, k=3)):
             d = _run(b, "lantern", dataclasses.replace(sp), [1, 2, 3], 30, record=True, **kw)
             assert d.generated == ref
+            assert d.summary()["lossy"] is False  # nothing moved: not reported as lossy
             for st in d.trace.steps[1:]:
+                assert st.tree.extra["lossy"] is False
                 rx = st.tree.extra["relaxation"]
                 assert rx["tv_max"] == 0.0 and rx["relaxed_tokens"] == 0
                 assert all(tr["moved"] == [] for e in rx["positions"] for tr in e["trials"])

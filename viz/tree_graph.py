@@ -213,8 +213,10 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
     max_depth = x_max if x_max is not None else max((p[0] for p in pos.values()), default=1)
     h = height or int(min(1500, max(420, rows * ROW_PX + 110)))
     fig.update_layout(**base_layout(title, height=h))
-    fig.update_layout(margin=dict(l=16, r=16, t=56 if title else 30, b=36), hovermode="closest",
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0,
+    # the legend sits under the depth axis: above the plot it collided with long titles in the
+    # half-width side-by-side panels (both wrap there)
+    fig.update_layout(margin=dict(l=16, r=16, t=56 if title else 30, b=84), hovermode="closest",
+                      legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.0, xanchor="left", x=0.0,
                                   font=dict(size=12)), dragmode="pan")
     fig.update_xaxes(range=[-0.35, max_depth + 0.95], dtick=1, title=dict(text="depth", font=dict(size=12)),
                      showgrid=True, gridcolor="#f1f5f9", zeroline=False, tickfont=dict(size=12))

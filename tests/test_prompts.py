@@ -1,0 +1,47 @@
+"""The seed prompt sets: enough, varied, held-out split disjoint from training, the templated
+file exactly what its generator writes, and bench --limit spreading over categories."""
+import json
+from pathlib import Path
+
+from eagle2.bench import spread_over_categories
+from eagle2.prompt_templates import main as templates_main
+from eagle2.selfdistill import read_prompts
+
+P = Path(__file__).resolve().parent.parent / "assets" / "prompts"
+CATEGORIES = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+              "translation", "summarization", "qa"}
+
+
+def test_seed_sets_are_varied_and_the_heldout_split_is_disjoint():
+    hand, templ, held = (read_prompts(P / f) for f in ("train.jsonl", "train_templated.jsonl", "heldout.jsonl"))
+    assert len(hand) >= 300 and len(templ) >= 1000
+    for rows in (hand, templ, held):
+        assert {q["category"] for q in rows} == CATEGORIES
+    assert any(len(q["turns"]) > 1 for q in hand) and any(len(q["turns"]) > 1 for q in templ)
+    train = hand + templ
+    assert len({q["question_id"] for q in train}) == len(train)
+    assert not {q["question_id"] for q in train} & {q["question_id"] for q in held}
+    assert not {q["turns"][0] for q in train} & {q["turns"][0] for q in held}
+
+
+def test_templated_file_is_reproducible_from_its_generator(tmp_path):
+    out = tmp_path / "t.jsonl"
+    assert templates_main(["--n", "1200", "--out", str(out),
+                           "--exclude", f"{P / 'heldout.jsonl'},{P / 'train.jsonl'}"]) == 0
+    assert out.read_text() == (P / "train_templated.jsonl").read_text()
+
+
+def test_bench_limit_spreads_over_categories():
+    held = read_prompts(P / "heldout.jsonl")
+    picked = spread_over_categories(held, 11)
+    assert {q["category"] for q in picked} == CATEGORIES
+    assert len(spread_over_categories(held, 100)) == len(held)
+    assert spread_over_categories(held, 3) == picked[:3]
+
+
+def test_train_cli_rejects_prompt_files_sharing_ids(tmp_path, capsys):
+    from eagle2.cli import main as cli_main
+    f = P / "train.jsonl"
+    rc = cli_main(["train", "--out", str(tmp_path / "run"), "--prompts", f"{f},{f}", "--stages", "data"])
+    assert rc != 0
+    assert "share a question_id" in capsys.readouterr().err
