@@ -71,7 +71,7 @@ def cmd_generate(a) -> int:
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
                   total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)
-    if getattr(dec.policy, "lossy", False):  # LANTERN: say so before any output
+    if hasattr(dec.policy, "lossy_note"):  # LANTERN: say whether it is lossy before any output
         print(dec.policy.lossy_note(sp.greedy), file=sys.stderr)
     dec.start(a.prompt, raw=a.raw)
     while dec.finished is None:
