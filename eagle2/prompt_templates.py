@@ -63,6 +63,17 @@ NAMES = ["Alice Martin", "Bob Chen", "Carla Gomez", "David Okafor", "Elena Petro
          "Grace Kim", "Hugo Schmidt", "Ines Rossi", "Jamal Wright", "Keiko Tanaka", "Liam O'Brien"]
 CITIES = ["Lisbon", "Toronto", "Nairobi", "Osaka", "Berlin", "Austin", "Melbourne", "Lyon", "Seoul", "Cairo"]
 ITEMS = ["laptops", "office chairs", "coffee beans", "bicycles", "printer paper", "desk lamps", "notebooks"]
+CATEGORIES = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+              "humanities", "translation", "summarization", "qa"]
+# category -> (probability of a second turn, its text or the texts to choose from)
+FOLLOW_UPS = {
+    "writing": (0.25, ["Now make it shorter.", "Rewrite it in a more formal tone.",
+                       "Give it a title and explain your choice.", "Make it funnier."]),
+    "roleplay": (0.3, ["What is the hardest part of your job?", "Tell me a secret nobody knows.",
+                       "What would you do if you had a day off?"]),
+    "math": (0.2, "Can you explain that more simply?"),
+    "coding": (0.3, ["Add comments to the code.", "Write a unit test for it.", "What is its time complexity?"]),
+}
 
 
 def _passage(r: random.Random) -> str:
@@ -87,8 +98,7 @@ def _story(r: random.Random) -> str:
 
 def make(r: random.Random) -> tuple[str, list[str]]:
     """One (category, turns) drawn from the templates."""
-    cat = r.choice(["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
-                    "humanities", "translation", "summarization", "qa"])
+    cat = r.choice(CATEGORIES)
     t, s = r.choice(TOPICS), r.choice(SUBJECTS)
     if cat == "writing":
         turns = [r.choice([f"Write a short poem about {t}.", f"Write a haiku about {t}.",
@@ -97,18 +107,12 @@ def make(r: random.Random) -> tuple[str, list[str]]:
                            f"Write a friendly email inviting a colleague to a talk about {s}.",
                            f"Write the opening paragraph of a novel that begins with {t}.",
                            f"Write a limerick about {t}.", f"Write a blog post introduction about {s}."])]
-        if r.random() < 0.25:
-            turns.append(r.choice(["Now make it shorter.", "Rewrite it in a more formal tone.",
-                                   "Give it a title and explain your choice.", "Make it funnier."]))
     elif cat == "roleplay":
         p = r.choice(PEOPLE)
         turns = [r.choice([f"Pretend you are {p}. Introduce yourself.",
                            f"You are {p}. Describe your typical day.",
                            f"Act as {p} and give me advice about {t}.",
                            f"Role-play as {p} explaining {s} to a visitor."])]
-        if r.random() < 0.3:
-            turns.append(r.choice(["What is the hardest part of your job?", "Tell me a secret nobody knows.",
-                                   "What would you do if you had a day off?"]))
     elif cat == "reasoning":
         a, b, c = r.sample(["Anna", "Ben", "Chloe", "Dan", "Eve", "Finn"], 3)
         x, y = r.randint(2, 9), r.randint(2, 9)
@@ -130,16 +134,11 @@ def make(r: random.Random) -> tuple[str, list[str]]:
                            f"Simplify the fraction {x * z}/{y * z}.",
                            f"A train travels {x * 5} km in {z} hours. What is its average speed?",
                            f"Find the derivative of f(x) = {z}x^3 + {x}x.", f"Is {x * y + 1} a prime number?"])]
-        if r.random() < 0.2:
-            turns.append("Can you explain that more simply?")
     elif cat == "coding":
         task, lang = r.choice(CODE_TASKS), r.choice(CODE_LANGS)
         turns = [r.choice([f"Write a {lang} function that {task}.",
                            f"How would you write a {lang} program that {task}? Include an example.",
                            f"Explain step by step how to write code that {task}."])]
-        if r.random() < 0.3:
-            turns.append(r.choice(["Add comments to the code.", "Write a unit test for it.",
-                                   "What is its time complexity?"]))
     elif cat == "extraction":
         p = _passage(r)
         turns = [r.choice([f"Extract every name, city and amount of money from this text:\n{p}",
@@ -169,6 +168,10 @@ def make(r: random.Random) -> tuple[str, list[str]]:
                            f"What are the pros and cons of {s}?", f"How do I get started learning about {s}?",
                            f"What should I pack for a trip to {r.choice(CITIES)}?",
                            f"What are some good habits for better {r.choice(['sleep', 'focus', 'health', 'writing'])}?"])]
+    if cat in FOLLOW_UPS:  # a second turn, drawn last so each category's stream stays as it was
+        prob, ups = FOLLOW_UPS[cat]
+        if r.random() < prob:
+            turns.append(ups if isinstance(ups, str) else r.choice(ups))
     return cat, turns
 
 

@@ -221,8 +221,8 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
             torch.nn.utils.clip_grad_norm_(params, 0.5)
             opt.step()
             sched.step()
-            log.setdefault("step_losses", []).append(round(float(loss.detach()), 5))
             lv = float(loss.detach())
+            log.setdefault("step_losses", []).append(round(lv, 5))
             run_loss = 0.9 * run_loss + 0.1 * lv if i else lv
             run_agree = 0.9 * run_agree + 0.1 * agree if i else agree
             bar.set_postfix(loss=f"{run_loss:.3f}", top1=f"{run_agree:.3f}")

@@ -4,12 +4,12 @@ import json
 from pathlib import Path
 
 from eagle2.bench import spread_over_categories
+from eagle2.prompt_templates import CATEGORIES as CATEGORY_LIST
 from eagle2.prompt_templates import main as templates_main
 from eagle2.selfdistill import read_prompts
 
 P = Path(__file__).resolve().parent.parent / "assets" / "prompts"
-CATEGORIES = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
-              "translation", "summarization", "qa"}
+CATEGORIES = set(CATEGORY_LIST)
 
 
 def test_seed_sets_are_varied_and_the_heldout_split_is_disjoint():
