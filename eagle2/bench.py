@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eagle2 bench", description=__doc__)
     ap.add_argument("--prompts", required=True, help="MT-bench format jsonl (question_id, category, turns)")
     ap.add_argument("--policies", default="plain,static,eagle2",
-                    help="comma list: plain, static, eagle2, ddd, dyspec, lantern, hf, hf-pld")
+                    help="comma list: plain, static, eagle2, ddd, dyspec, lantern, hf, hf-pld; with "
+                         "--total-tokens auto, eagle2 chooses N and depth per cycle and eagle2-auto-n only N")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
     ap.add_argument("--repeats", type=int, default=1)
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--no-pack", action="store_true", help="plain matmuls, without the prepacked CPU weights")
     add_sampling_args(ap)
     return ap
 
@@ -106,10 +108,13 @@ def _sync(dev):
 
 
 def make_decoder(bundle, name, sp, max_new, tree_kw, profile):
-    if name == "eagle2" and tree_kw.get("total_tokens") == "auto":
+    if name == "eagle2-auto-n" and tree_kw.get("total_tokens") != "auto":
+        raise UserError("Policy eagle2-auto-n (the auto budget choosing N only, at fixed depth) needs "
+                        "--total-tokens auto.")
+    if name in ("eagle2", "eagle2-auto-n") and tree_kw.get("total_tokens") == "auto":
         from .budget import AutoBudgetPolicy
-        pol = AutoBudgetPolicy(profile=profile, **{k: v for k, v in tree_kw.items()
-                                                   if k in ("depth", "top_k") and v is not None})
+        pol = AutoBudgetPolicy(profile=profile, adaptive_depth=name == "eagle2",
+                               **{k: v for k, v in tree_kw.items() if k in ("depth", "top_k") and v is not None})
         return Decoder(bundle, pol, sp, max_new_tokens=max_new, record=False)
     # tree flags apply to the tree-building policies; 'auto' only to eagle2, the static shape is fixed
     kw = {k: v for k, v in tree_kw.items() if v is not None and v != "auto"}
@@ -182,7 +187,7 @@ def main(argv=None) -> int:
         except ValueError:
             raise UserError(f"--total-tokens must be an integer or 'auto' (got {tt!r}).") from None
     tree_kw = {"total_tokens": tt, "depth": a.depth, "top_k": a.top_k}
-    bundle = load_bundle(a.target, a.head, a.device, a.dtype)
+    bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
     profile = None
     if tt == "auto":
         from .budget import verify_profile
@@ -232,6 +237,7 @@ def main(argv=None) -> int:
     summary = summarise(rows, [n for n, _ in variants], sp.greedy)
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if bundle.device.type == "cuda" else f" ({machine()})"),
                     "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
+                    "packed_weights": bundle.target.lm_head.packed is not None, "threads": torch.get_num_threads(),
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python -m eagle2 bench " + " ".join(argv or [])})

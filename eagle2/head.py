@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .errors import UserError
-from .llama import Block, KVCache, LlamaArgs, attention_mask, rope_tables
+from .llama import Block, KVCache, Linear, LlamaArgs, PackedWeight, attention_mask, linear, pack_linears, rope_tables
 
 
 class EagleHead(nn.Module):
@@ -24,11 +24,12 @@ class EagleHead(nn.Module):
         self.args = args
         self.fc_bias = fc_bias
         self.embed_tokens = nn.Embedding(args.vocab_size, args.dim)
-        self.fc = nn.Linear(2 * args.dim, args.dim, bias=fc_bias)
+        self.fc = Linear(2 * args.dim, args.dim, bias=fc_bias)
         self.layers = nn.ModuleList([Block(args, input_norm=False)])
         # Reduced vocabulary: target ids the head may propose (sorted), or None for all.
         self.register_buffer("draft_ids", draft_vocab, persistent=False)
         self.lm_weight: torch.Tensor | None = None  # [V_draft, dim], set by attach()
+        self.lm_packed: PackedWeight | None = None
         self._cos = self._sin = None
 
     def attach(self, target_lm_weight: torch.Tensor, own_lm_weight: torch.Tensor | None = None) -> None:
@@ -39,6 +40,12 @@ class EagleHead(nn.Module):
             self.lm_weight = target_lm_weight.detach()[self.draft_ids].contiguous()
         else:
             self.lm_weight = target_lm_weight
+        self.lm_packed = None
+
+    def pack(self) -> None:
+        """Prepack the frozen weights for CPU inference (see llama.PackedWeight)."""
+        pack_linears(self)
+        self.lm_packed = PackedWeight.build(self.lm_weight)
 
     def rope(self, n: int):
         if self._cos is None or self._cos.shape[0] < n:
@@ -80,7 +87,7 @@ class EagleHead(nn.Module):
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""
-        return torch.log_softmax((g @ self.lm_weight.T).float(), dim=-1)
+        return torch.log_softmax(linear(g, self.lm_weight, None, self.lm_packed).float(), dim=-1)
 
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.draft_ids is None else self.draft_ids[idx]

@@ -114,20 +114,76 @@ class KVCache:
         self.length = L + n
 
 
+def _onednn_ok() -> bool:
+    return hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.backends.mkldnn.is_available()
+
+
+class PackedWeight:
+    """Copies of a frozen [out, in] weight laid out for fast CPU inference, made once:
+    - for 2+ rows (tree verification, draft calls), reordered for oneDNN's matmul: MKL's sgemm
+      repacks the weight on every call, which dominates at 2-64 rows;
+    - for one row (plain decoding, the draft's root call), transposed to [in, out]: a row vector
+      times a row-major matrix streams it faster than the GEMV over [out, in] (the LM head alone:
+      9.4 -> 5.2 ms).
+    A whole target forward + logits got 1.09x faster for 1 token, 1.3-1.5x for 2-64 tokens
+    (`python -m eagle2 profile --compare-pack`, interleaved; benchmarks/README.md).
+    Inference only: the copies do not follow later changes of the weight, so `valid_for` checks
+    that it is still the same, unmodified tensor."""
+
+    def __init__(self, weight: torch.Tensor, rows_hint: int = 16):
+        w = weight.detach()
+        self.data = torch.ops.mkldnn._reorder_linear_weight(w, rows_hint)
+        self.t = w.T.contiguous()
+        self.key = (w.data_ptr(), w._version, tuple(w.shape))
+
+    def valid_for(self, weight: torch.Tensor) -> bool:
+        return self.key == (weight.data_ptr(), weight._version, tuple(weight.shape))
+
+    @staticmethod
+    def build(weight: torch.Tensor) -> "PackedWeight | None":
+        if weight.device.type != "cpu" or weight.dtype != torch.float32 or not _onednn_ok():
+            return None
+        try:
+            return PackedWeight(weight)
+        except (RuntimeError, AttributeError, TypeError):  # a torch build without this op: plain path
+            return None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           packed: PackedWeight | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias), through the packed copies when they are current."""
+    if (packed is None or not packed.valid_for(weight)
+            or (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))):
+        return F.linear(x, weight, bias)
+    rows = x.numel() // x.shape[-1]
+    x2 = x.reshape(rows, -1)
+    if rows == 1:
+        y = x2 @ packed.t if bias is None else torch.addmm(bias, x2, packed.t)
+    else:
+        y = torch.ops.mkldnn._linear_pointwise(x2.contiguous(), packed.data, bias, "none", [], "")
+    return y.reshape(*x.shape[:-1], -1)
+
+
 class Linear(nn.Linear):
-    """nn.Linear with a faster CPU path for a few rows (2..32: tree verification, draft calls).
-    On this project's CPU, torch's x @ W.T for 2-16 rows took 2-3x the time of one row (the
-    LM head: 20 ms for 2 rows vs 9.4 ms for one), while W @ x.T streams the weights once
-    (7.5 ms): the same products in another order. Measured in benchmarks/README.md."""
+    """nn.Linear that can carry a PackedWeight for fast few-row inference on CPU (`pack()`)."""
+
+    packed: PackedWeight | None = None
+
+    def pack(self) -> None:
+        self.packed = PackedWeight.build(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        if x.device.type != "cpu" or not 2 <= rows <= 32:
-            return F.linear(x, self.weight, self.bias)
-        y = (self.weight @ x.reshape(rows, -1).T).T
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], -1)
+        return linear(x, self.weight, self.bias, self.packed)
+
+
+def pack_linears(module: nn.Module) -> int:
+    """Prepack every Linear of a frozen CPU fp32 module; returns how many were packed."""
+    n = 0
+    for m in module.modules():
+        if isinstance(m, Linear):
+            m.pack()
+            n += m.packed is not None
+    return n
 
 
 class Attention(nn.Module):

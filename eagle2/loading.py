@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 from .errors import UserError
 from .head import EagleHead, load_head
-from .llama import LlamaArgs, LlamaModel, hf_key_map
+from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
 from .weights import PRESETS, hub_download, resolve_target
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
@@ -107,9 +107,10 @@ def _fetch_if_id(name: str, files: list[str]) -> Path:
 
 
 def load_bundle(target: str | None = None, head: str | None = None, device: str | None = "cpu",
-                dtype: str | None = None, seed_random_head: int = 0) -> Bundle:
+                dtype: str | None = None, seed_random_head: int = 0, pack: bool = True) -> Bundle:
     """`target`: preset name, local folder or HF id. `head`: local folder, HF id, 'random', or
-    None for the preset's shipped head (random if the preset has none yet)."""
+    None for the preset's shipped head (random if the preset has none yet). `pack`: prepack the
+    frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls."""
     from transformers import AutoTokenizer
 
     dev = pick_device(device)
@@ -150,5 +151,8 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
     for p in list(model.parameters()) + list(h.parameters()):
         p.requires_grad_(False)
+    if pack and dev.type == "cpu" and dt == torch.float32:  # frozen from here on: prepack for few-row matmuls
+        pack_linears(model)
+        h.pack()
     name = preset.description if preset else str(target)
     return Bundle(model, h, tok, dev, dt, name, head_name)

@@ -122,8 +122,8 @@ class Eagle2Policy:
             check(isinstance(v, int) and lo <= v <= hi,
                   f"{key.replace('_', ' ')} must be an integer in [{lo}, {hi}] (got {v!r}).")
 
-    def stop_early(self, level: int, beam_values: torch.Tensor, info: dict) -> bool:
-        return False  # EAGLE-2 always expands to full depth (DDD overrides this)
+    def stop_early(self, level: int, beam_values: torch.Tensor, info: dict, tree: DraftTree) -> bool:
+        return False  # EAGLE-2 always expands to full depth (DDD and the auto budget override this)
 
     def draft(self, runner: HeadRunner, root: int) -> DraftTree:
         k = self.top_k
@@ -136,7 +136,7 @@ class Eagle2Policy:
         beam_parent_slots = [-1] * kk
         info: dict = {"beam": [beam], "beam_mass": [float(torch.logsumexp(beam_vals, 0))]}
         for level in range(1, self.depth + 1):
-            if self.stop_early(level, beam_vals, info):
+            if self.stop_early(level, beam_vals, info, b.t):
                 break
             g, lp, slots = runner.run([b.t.tokens[i] for i in beam], beam_g, beam_parent_slots,
                                       [b.t.depths[i] for i in beam])

@@ -55,7 +55,7 @@ class DDDPolicy(Eagle2Policy):
                         f"total mass never exceeds 1, so a positive threshold would always stop.")
         self.check_levels = tuple(sorted(lv))
 
-    def stop_early(self, level: int, beam_values: torch.Tensor, info: dict) -> bool:
+    def stop_early(self, level: int, beam_values: torch.Tensor, info: dict, tree=None) -> bool:
         """Called before draft call `level + 1`, with the beam produced by call `level`."""
         dd = info.setdefault("ddd", {"threshold": self.threshold, "check_levels": list(self.check_levels),
                                      "max_depth": self.depth, "checks": [], "stopped_at": None})

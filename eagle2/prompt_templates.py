@@ -5,8 +5,11 @@ top-1 0.78 against held-out 0.33): the head is data-limited. Templates x subject
 thousand more varied requests in the same eleven categories, cheaply and reproducibly:
 
     python -m eagle2.prompt_templates --n 1200 --out assets/prompts/train_templated.jsonl
+    python -m eagle2.prompt_templates --n 800 --seed 1 --first-id 20001 \
+        --exclude assets/prompts/heldout.jsonl,assets/prompts/train.jsonl,assets/prompts/train_templated.jsonl \
+        --out assets/prompts/train_templated2.jsonl
 
-Ids start at 10001 so they never collide with train.jsonl or heldout.jsonl.
+Ids start at 10001 (the second set at 20001) so they never collide with train.jsonl or heldout.jsonl.
 """
 from __future__ import annotations
 
@@ -175,7 +178,7 @@ def make(r: random.Random) -> tuple[str, list[str]]:
     return cat, turns
 
 
-def generate(n: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[dict]:
+def generate(n: int, seed: int = 0, exclude: set[str] = frozenset(), first_id: int = 10001) -> list[dict]:
     r = random.Random(seed)
     seen, out = set(exclude), []
     tries = 0
@@ -185,7 +188,7 @@ def generate(n: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[dic
         if turns[0] in seen:
             continue
         seen.add(turns[0])
-        out.append({"question_id": 10001 + len(out), "category": cat, "turns": turns})
+        out.append({"question_id": first_id + len(out), "category": cat, "turns": turns})
     return out
 
 
@@ -193,6 +196,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eagle2.prompt_templates", description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--first-id", type=int, default=10001, help="question_id of the first prompt (keep files disjoint)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--exclude", default="assets/prompts/heldout.jsonl,assets/prompts/train.jsonl",
                     help="prompt files whose first turns must not be repeated")
@@ -200,7 +204,7 @@ def main(argv=None) -> int:
     exclude = set()
     for path in filter(None, a.exclude.split(",")):
         exclude |= {json.loads(line)["turns"][0] for line in open(path) if line.strip()}
-    rows = generate(a.n, a.seed, exclude)
+    rows = generate(a.n, a.seed, exclude, a.first_id)
     with open(a.out, "w") as f:
         for q in rows:
             f.write(json.dumps(q) + "\n")

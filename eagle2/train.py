@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--out", required=True, help="run folder (data, features, checkpoints, head/)")
     ap.add_argument("--prompts", default=",".join(str(ASSETS / "prompts" / f) for f in
-                                                  ("train.jsonl", "train_templated.jsonl")),
+                                                  ("train.jsonl", "train_templated.jsonl", "train_templated2.jsonl")),
                     help="comma-separated MT-bench-style prompt files (hand-written + templated)")
     ap.add_argument("--heldout", default=str(ASSETS / "prompts" / "heldout.jsonl"))
     ap.add_argument("--stages", default="data,features,train")

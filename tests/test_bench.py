@@ -41,3 +41,19 @@ def test_bench_rejects_a_malformed_prompt_file(tmp_path, capsys):
     assert cli_main(["bench", "--prompts", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "line 1" in err and "turns" in err and "Traceback" not in err
+
+
+def test_bench_auto_budget_rows(tmp_path, capsys):
+    """--total-tokens auto: eagle2 chooses N and depth per cycle, eagle2-auto-n only N; both lossless."""
+    prompts = tmp_path / "p.jsonl"
+    write_prompts(prompts, [{"question_id": 1, "category": "writing", "turns": ["Write one line about rain."]}])
+    out = tmp_path / "out"
+    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2,eagle2-auto-n", "--max-new-tokens",
+                   "16", "--total-tokens", "auto", "--out", str(out)])
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["policies"]) == {"plain", "eagle2", "eagle2-auto-n"}
+    assert all(p["identical_to_plain"] == 1.0 for p in s["policies"].values())
+    assert s["verify_profile_s"] and s["packed_weights"] is True
+    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2-auto-n", "--out", str(out)])
+    assert rc == 2 and "needs --total-tokens auto" in capsys.readouterr().err
