@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     summary = summarise(rows, [n for n, _ in variants], sp.greedy)
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if bundle.device.type == "cuda" else f" ({machine()})"),
                     "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
-                    "packed_weights": bundle.target.lm_head.packed is not None, "threads": torch.get_num_threads(),
+                    "packed_weights": bundle.packed, "threads": torch.get_num_threads(),
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python -m eagle2 bench " + " ".join(argv or [])})

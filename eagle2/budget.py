@@ -53,7 +53,7 @@ def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID
 
 
 def verify_profile(bundle, refresh: bool = False) -> dict[int, float]:
-    packed = "|packed" if getattr(bundle.target.lm_head, "packed", None) is not None else ""
+    packed = "|packed" if bundle.packed else ""
     key = f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|{torch.get_num_threads()}t{packed}"
     path = cache_dir() / "verify_times.json"
     table = json.loads(path.read_text()) if path.exists() else {}
@@ -131,14 +131,15 @@ class AutoBudgetPolicy(Eagle2Policy):
             per = spent / calls
             self.call_s = per if self.call_s == 0.0 else 0.8 * self.call_s + 0.2 * per
         self._learn_ranks(tree)
-        best_n, _ = best_rate(self._pool_values(tree), spent, self.t_of, self.max_tokens)
+        best_n, rate = best_rate(self._pool_values(tree), spent, self.t_of, self.max_tokens)
         tree.kept = [i == 0 for i in range(len(tree.tokens))]
         self.total_tokens = best_n
         self.rerank(tree)
         self.total_tokens = self.max_tokens  # caches are sized by the maximum
-        vals = np.sort(self._pool_values(tree))[::-1]
-        # calls = levels expanded below the root's children (0: stopped before the first call)
-        tree.extra.update(auto_n=best_n, auto_levels=calls, auto_expected_tokens=float(1.0 + vals[: best_n - 1].sum()))
+        # calls = levels expanded below the root's children (0: stopped before the first call);
+        # the expected tokens are the chosen rate times the cycle's time
+        tree.extra.update(auto_n=best_n, auto_levels=calls,
+                          auto_expected_tokens=float(rate * (spent + self.t_of(best_n))))
         st = self.stats
         st["cycles"] += 1
         st["draft_calls"] += runner.calls

@@ -176,14 +176,11 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias, self.packed)
 
 
-def pack_linears(module: nn.Module) -> int:
-    """Prepack every Linear of a frozen CPU fp32 module; returns how many were packed."""
-    n = 0
+def pack_linears(module: nn.Module) -> None:
+    """Prepack every Linear of a frozen module (a no-op off CPU fp32: PackedWeight.build)."""
     for m in module.modules():
         if isinstance(m, Linear):
             m.pack()
-            n += m.packed is not None
-    return n
 
 
 class Attention(nn.Module):

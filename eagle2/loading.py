@@ -36,6 +36,11 @@ class Bundle:
         return [self._texts[i] if 0 <= i < n else f"<{i}>" for i in ids]
 
     @property
+    def packed(self) -> bool:
+        """Whether the target runs on prepacked weights (llama.PackedWeight)."""
+        return self.target.lm_head.packed is not None
+
+    @property
     def eos_ids(self) -> set[int]:
         ids = set(self.target.args.eos_ids)
         if self.tokenizer.eos_token_id is not None:
@@ -151,7 +156,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
     for p in list(model.parameters()) + list(h.parameters()):
         p.requires_grad_(False)
-    if pack and dev.type == "cpu" and dt == torch.float32:  # frozen from here on: prepack for few-row matmuls
+    if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
         pack_linears(model)
         h.pack()
     name = preset.description if preset else str(target)

@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     floor = weight_bytes / (bw / 2 * 1e9)  # a forward reads every weight once: read bandwidth = copy/2
     res = {
         "device": str(b.device), "threads": torch.get_num_threads(), "dtype": str(b.dtype),
-        "packed_weights": b.target.lm_head.packed is not None,
+        "packed_weights": b.packed,
         "weight_bytes": weight_bytes, "copy_bandwidth_gbs": bw, "read_floor_one_token_s": floor,
         "one_token_forward_s": t[1], "forward_over_floor": t[1] / floor,
         "verify_s": t, "verify_over_one_token": {n: v / t[1] for n, v in t.items()},
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         "draft_vocab": None if b.head.draft_ids is None else int(b.head.draft_ids.numel()),
     }
     if a.compare_pack:
-        if b.target.lm_head.packed is None:
+        if not b.packed:
             print("note: no prepacked weights here (not CPU fp32, or --no-pack): nothing to compare")
         else:
             res["packed_vs_plain_s"] = packed_vs_plain(b)
