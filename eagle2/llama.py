@@ -123,8 +123,7 @@ class PackedWeight:
     - for 2+ rows (tree verification, draft calls), reordered for oneDNN's matmul: MKL's sgemm
       repacks the weight on every call, which dominates at 2-64 rows;
     - for one row (plain decoding, the draft's root call), transposed to [in, out]: a row vector
-      times a row-major matrix streams it faster than the GEMV over [out, in] (the LM head alone:
-      9.4 -> 5.2 ms).
+      times a row-major matrix streams it faster than the GEMV over [out, in].
     A whole target forward + logits got 1.09x faster for 1 token, 1.3-1.5x for 2-64 tokens
     (`python -m eagle2 profile --compare-pack`, interleaved; benchmarks/README.md).
     Inference only: the copies do not follow later changes of the weight, so `valid_for` checks
