@@ -47,6 +47,9 @@ BUILTIN_EXAMPLES = {
 HELP = {
     "policy": "How the draft tree is built. eagle2: context-aware dynamic tree; static: EAGLE-1's fixed "
               "25-node shape.",
+    "eagle2-auto": "eagle2-auto: EAGLE-2 whose N and depth are chosen every cycle from this machine's measured "
+                   "costs (the N and depth sliders become caps); its first use measures the target's "
+                   "verification times (seconds, cached).",
     "ddd": "ddd: EAGLE-2 that stops expanding when the beam's mass is low.",
     "dyspec": "dyspec: a greedy tree of sampled drafts.",
     "lantern": "lantern: static tree with relaxed acceptance — LOSSY (its first use builds a neighbour index, "
@@ -152,7 +155,7 @@ MODEL = ModelHolder()
 
 def policy_names() -> list[str]:
     from eagle2 import extra_policies
-    return ["eagle2", "static"] + [n for n in extra_policies.REGISTRY if n not in ("eagle2", "static")]
+    return ["eagle2", "eagle2-auto", "static"] + [n for n in extra_policies.REGISTRY if n not in ("eagle2", "static")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,16 +191,19 @@ class Settings:
                 top_p=float(1.0 if top_p is None else top_p), seed=as_int(0 if seed in (None, "") else seed, "Seed"),
                 max_new_tokens=as_int(max_new_tokens, "Max new tokens"), side_by_side=bool(side_by_side))
         s.sampling().validate()
-        s.make_policy(s.policy)
-        s.make_policy(s.compare)
+        s.validate_policy(s.policy)
+        s.validate_policy(s.compare)
         return s
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
-    def make_policy(self, name: str):
+    def validate_policy(self, name: str) -> None:
+        """Checks the name and tree parameters before any model work (eagle2-auto's caps obey
+        eagle2's ranges; its measured costs come when a decoder builds it)."""
         from eagle2.policies import make_policy
-        return make_policy(name, total_tokens=self.total_tokens, depth=self.depth, top_k=self.top_k)
+        make_policy("eagle2" if name == "eagle2-auto" else name, total_tokens=self.total_tokens, depth=self.depth,
+                    top_k=self.top_k)
 
 
 class Session:
@@ -267,7 +273,7 @@ class Session:
             return
         if self.settings.side_by_side:
             nxt = m.cycle
-            pv = m.preview(self.settings.make_policy(self.settings.compare))
+            pv = m.preview(self.cmp.policy)  # the comparison's own policy object: eagle2-auto keeps what it learnt
             pv.cycle = nxt  # the cycle whose context it shares (the engine numbers it one ahead)
             self.previews[nxt] = pv
         m.step()
@@ -703,6 +709,7 @@ CSS = TOKEN_CSS + """
 .mval { font-size: 26px; font-weight: 700; color: #111827; min-width: 64px; }
 .mcard.speed .mval { color: #1d4ed8; }
 .mcard.lossy { background: #fef2f2; border-color: #fecaca; } .mcard.lossy .mval { color: #b91c1c; font-size: 20px; }
+.mcard.hint { background: #fffbeb; border-color: #fde68a; flex-basis: 260px; }
 .mlab { font-size: 13px; color: #374151; line-height: 1.25; }
 .banner { font-size: 15px; }
 #explain-text { font-size: 16px; line-height: 1.55; }

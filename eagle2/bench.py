@@ -14,7 +14,7 @@ import itertools
 import json
 import platform
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eagle2 bench", description=__doc__)
     ap.add_argument("--prompts", required=True, help="MT-bench format jsonl (question_id, category, turns)")
     ap.add_argument("--policies", default="plain,static,eagle2",
-                    help="comma list: plain, static, eagle2, ddd, dyspec, lantern, hf, hf-pld; with "
+                    help="comma list: plain, static, eagle2, eagle2-auto (the auto budget; --total-tokens "
+                         "and --depth cap it), ddd, dyspec, lantern, hf, hf-pld; with "
                          "--total-tokens auto, eagle2 chooses N and depth per cycle and eagle2-auto-n only N")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
@@ -120,6 +121,8 @@ def make_decoder(bundle, name, sp, max_new, tree_kw, profile):
     kw = {k: v for k, v in tree_kw.items() if v is not None and v != "auto"}
     if name in ("plain", "static"):
         kw = {}
+    if name == "eagle2-auto":
+        kw["profile"] = profile
     return Decoder(bundle, name, sp, max_new_tokens=max_new, record=False, **kw)
 
 
@@ -141,9 +144,12 @@ def run_one(bundle, runner, q, sp, max_new) -> dict:
             r = d.summary()
             text = r["text"]
         ids_all += r["token_ids"]
-        for k in ("new_tokens", "target_forwards", "wall_s"):
-            tot[k] += r[k]
+        for k in ("new_tokens", "target_forwards", "wall_s", "draft_s", "verify_s"):
+            tot[k] += r.get(k, 0.0)
         st = r.get("policy_stats") or {}
+        for k in ("n", "levels"):  # the auto budget's choices: cycles per N, per levels drafted
+            for v, c in st.get(k, {}).items():
+                tot.setdefault(f"auto_{k}", Counter())[int(v)] += c
         if "positions" in st:  # a lossy policy's record of how far it moved from exact decoding
             for k in ("positions", "relaxed_tokens"):
                 tot[k] += st[k]
@@ -158,8 +164,19 @@ def aggregate(rows: list[dict]) -> dict:
     toks = sum(r["new_tokens"] for r in rows)
     fw = sum(r["target_forwards"] for r in rows)
     wall = sum(r["wall_s"] for r in rows)
-    return {"tau": toks / max(fw, 1), "tokens_per_s": toks / wall if wall else 0.0,
-            "new_tokens": int(toks), "target_forwards": int(fw), "wall_s": wall}
+    out = {"tau": toks / max(fw, 1), "tokens_per_s": toks / wall if wall else 0.0,
+           "new_tokens": int(toks), "target_forwards": int(fw), "wall_s": wall}
+    draft = sum(r.get("draft_s", 0.0) for r in rows)
+    if draft:  # tree policies: the drafting share of the wall time, and per-cycle costs
+        verify = sum(r.get("verify_s", 0.0) for r in rows)
+        out.update(draft_share=draft / wall, draft_ms_per_cycle=1000 * draft / max(fw, 1),
+                   verify_ms_per_cycle=1000 * verify / max(fw, 1))
+    for k in ("n", "levels"):
+        hist = sum((r.get(f"auto_{k}", Counter()) for r in rows), Counter())
+        if hist:
+            out[f"auto_{k}"] = {str(v): hist[v] for v in sorted(hist)}
+            out[f"auto_mean_{k}"] = sum(v * c for v, c in hist.items()) / sum(hist.values())
+    return out
 
 
 def machine() -> str:
@@ -189,7 +206,7 @@ def main(argv=None) -> int:
     tree_kw = {"total_tokens": tt, "depth": a.depth, "top_k": a.top_k}
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
     profile = None
-    if tt == "auto":
+    if tt == "auto" or "eagle2-auto" in names:
         from .budget import verify_profile
         profile = verify_profile(bundle)
     out = Path(a.out)
@@ -231,6 +248,7 @@ def main(argv=None) -> int:
                              "tokens_per_s": res["new_tokens"] / res["wall_s"] if res["wall_s"] else 0.0,
                              **({k: res[k] for k in ("positions", "relaxed_tokens", "tv_sum", "max_tv")}
                                 if "positions" in res else {}),
+                             **{k: res[k] for k in ("draft_s", "verify_s", "auto_n", "auto_levels") if k in res},
                              "token_ids": res["token_ids"]})
                 bar.update(1)
     bar.close()
@@ -245,11 +263,12 @@ def main(argv=None) -> int:
         summary["verify_profile_s"] = profile
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     with open(out / "per_prompt.csv", "w", newline="") as f:
-        fields = list(dict.fromkeys(k for r in rows for k in r if k != "token_ids"))
+        skip = ("token_ids", "auto_n", "auto_levels")  # lists and histograms live in summary.json
+        fields = list(dict.fromkeys(k for r in rows for k in r if k not in skip))
         w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         for r in rows:
-            w.writerow({k: v for k, v in r.items() if k != "token_ids"})
+            w.writerow({k: v for k, v in r.items() if k not in skip})
     try:
         from viz.bench_charts import report_html
         (out / "report.html").write_text(report_html(summary, rows))
@@ -295,5 +314,9 @@ def print_table(summary) -> None:
         if "mean_tv" in s:
             ident += (f"  LOSSY: {s['relaxed_tokens']} relaxed tokens, mean TV {s['mean_tv']:.3f}, "
                       f"max TV {s['max_tv']:.3f}")
+        if "draft_share" in s:
+            ident += f"  draft {s['draft_share']:.0%} of the time"
+        if "auto_mean_n" in s:
+            ident += f"  auto: mean N {s['auto_mean_n']:.1f}, mean levels {s['auto_mean_levels']:.1f}"
         print(f"{n:34s} {s['tau']:6.2f} {s['tokens_per_s']:8.2f} {s['speedup']:7.2f}x {s['new_tokens']:7d} "
               f"{s['target_forwards']:6d}{ident}")

@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="decode one prompt with a policy")
     g.add_argument("--prompt", required=True)
-    g.add_argument("--policy", default="eagle2", help="plain, static, eagle2, ddd, dyspec, lantern")
+    g.add_argument("--policy", default="eagle2",
+                   help="plain, static, eagle2, eagle2-auto (N and depth chosen per cycle from measured costs; "
+                        "--total-tokens and --depth are its caps), ddd, dyspec, lantern")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--raw", action="store_true", help="no chat template")
     g.add_argument("--trace-out", default=None, help="write the step trace JSON here")

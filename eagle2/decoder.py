@@ -45,6 +45,9 @@ class Decoder:
         if policy is None or policy == "plain":
             self.policy = None
         elif isinstance(policy, str):
+            if policy.lower() == "eagle2-auto" and kw.get("profile") is None:
+                from .budget import verify_profile  # measured once per device and model, then cached
+                kw["profile"] = verify_profile(self.b)
             self.policy = make_policy(policy, **kw)
         else:
             policy.validate()
@@ -87,6 +90,7 @@ class Decoder:
         self.target_forwards = 0
         self.draft_calls = 0
         self.wall = 0.0
+        self.split = {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}  # where the wall time went
         self.text = ""
         self.gen = torch.Generator(device="cpu")
         self.gen.manual_seed(self.sampling.seed if self.sampling.seed is not None else 0)
@@ -276,6 +280,8 @@ class Decoder:
         self.text = self.b.tokenizer.decode(self.generated, skip_special_tokens=True)
         timings["total_s"] = timings["draft_s"] + timings["verify_s"] + timings["commit_s"]
         self.wall += timings["total_s"]
+        for k in self.split:
+            self.split[k] += timings[k]
         st = StepTrace(
             cycle=self.cycle, policy=self.policy_name, new_tokens=out,
             new_texts=self.b.token_texts(out) if self.record else [],
@@ -310,7 +316,7 @@ class Decoder:
     def summary(self) -> dict:
         return {"policy": self.policy_name, "text": self.text, "token_ids": list(self.generated),
                 "new_tokens": len(self.generated), "target_forwards": self.target_forwards,
-                "tau": self.tau, "wall_s": self.wall,
+                "tau": self.tau, "wall_s": self.wall, **self.split,
                 "tokens_per_s": len(self.generated) / self.wall if self.wall > 0 else 0.0,
                 "draft_calls": self.draft_calls, "finished": self.finished,
                 "lossy": bool(getattr(self.policy, "lossy", False)),

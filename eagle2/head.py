@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .errors import UserError
-from .llama import Block, KVCache, Linear, LlamaArgs, PackedWeight, attention_mask, linear, pack_linears, rope_tables
+from .llama import (Block, KVCache, Linear, LlamaArgs, PackedWeight, apply_rope, attention_mask, linear, pack_linears,
+                    rope_tables)
 
 
 class EagleHead(nn.Module):
@@ -84,6 +86,52 @@ class EagleHead(nn.Module):
         cos, sin = self.rope(T)
         x = self.inputs(features, tokens)
         return self.layers[0](x, cos[:T], sin[:T], None, 0, None)
+
+    def forward_train_unrolled(self, features: torch.Tensor, tokens: torch.Tensor, g1: torch.Tensor,
+                               steps: int) -> list[torch.Tensor]:
+        """Training-time test (HASS / EAGLE-3 style): `steps` - 1 further passes in which the head
+        reads its own predicted features, as deeper draft nodes do. In pass s (s = 2..steps) row j
+        is the depth-s node at position j: the pair (pass s-1's output at j-1, x_{j+1}), attending
+        to the true pairs up to j-s+1, to its ancestors (pass m's row j-s+m, m = 2..s-1) and to
+        itself, exactly as at decode time. Each pass has forward_train's targets (f_{j+1}); rows
+        j < s-1 have no such chain and belong out of the loss. g1 = forward_train's output.
+        Returns the outputs of passes 2..steps."""
+        B, T, _ = features.shape
+        a, blk = self.args, self.layers[0]
+        at = blk.self_attn
+        cos, sin = self.rope(T)
+        cos, sin = cos[:T], sin[:T]
+        dev = features.device
+
+        def heads(proj, x, n):
+            return proj(x).view(B, T, n, a.head_dim).transpose(1, 2)
+
+        def kv(h):
+            return apply_rope(heads(at.k_proj, h, a.n_kv_heads), cos, sin), heads(at.v_proj, h, a.n_kv_heads)
+
+        ones = torch.ones(T, T, dtype=torch.bool, device=dev)
+
+        def diag(offset):  # key i visible from query j iff i == j - offset
+            return ones.tril(-offset) & ~ones.tril(-offset - 1)
+
+        k1, v1 = kv(blk.input_layernorm(self.inputs(features, tokens)))  # the true pairs' keys
+        ks, vs = [k1], [v1]
+        outs, prev = [], g1
+        for s in range(2, steps + 1):
+            own = prev.detach()  # gradients stop at the features the head read (its own outputs)
+            x = self.inputs(torch.cat([features[:, :1], own[:, :-1]], dim=1), tokens)
+            h = blk.input_layernorm(x)
+            k, v = kv(h)
+            ks.append(k)
+            vs.append(v)
+            mask = torch.cat([ones.tril(-(s - 1))] + [diag(s - m) for m in range(2, s + 1)], dim=1)
+            q = apply_rope(heads(at.q_proj, h, a.n_heads), cos, sin)
+            out = F.scaled_dot_product_attention(q, torch.cat(ks, dim=2), torch.cat(vs, dim=2), attn_mask=mask,
+                                                 enable_gqa=True)
+            x = x + at.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+            prev = x + blk.mlp(blk.post_attention_layernorm(x))
+            outs.append(prev)
+        return outs
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""

@@ -174,20 +174,30 @@ class Eagle2Policy:
         t.close_under_parents()
 
 
-def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None, **own):
-    """`own`: a registered policy's own parameters (extra_policies.REGISTRY factories)."""
+def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None, profile=None, **own):
+    """`own`: a registered policy's own parameters (extra_policies.REGISTRY factories).
+    'eagle2-auto' (the hardware-aware budget; total_tokens and depth are its caps) needs
+    `profile`, the target's measured verification times (Decoder measures them)."""
     name = (name or "eagle2").lower()
-    if own and name in ("static", "eagle2"):
+    if own and name in ("static", "eagle2", "eagle2-auto"):
         raise UserError(f"Policy {name!r} has no parameter(s) {', '.join(sorted(own))}.")
+    tree_kw = {k: v for k, v in dict(total_tokens=total_tokens, depth=depth, top_k=top_k).items() if v is not None}
     if name == "static":
         p = StaticPolicy(shape=[list(s) for s in shape]) if shape else StaticPolicy()
     elif name == "eagle2":
-        p = Eagle2Policy(**{k: v for k, v in dict(total_tokens=total_tokens, depth=depth, top_k=top_k).items()
-                            if v is not None})
+        p = Eagle2Policy(**tree_kw)
+    elif name == "eagle2-auto":
+        from .budget import AutoBudgetPolicy
+        Eagle2Policy(**tree_kw).validate()  # the caps obey EAGLE-2's ranges
+        if "total_tokens" in tree_kw:
+            tree_kw["max_tokens"] = tree_kw.pop("total_tokens")
+        if profile:  # no extrapolation past the largest measured N
+            tree_kw["max_tokens"] = min(tree_kw.get("max_tokens", 64), max(int(n) for n in profile))
+        p = AutoBudgetPolicy(profile=profile or {}, **tree_kw)
     else:
         from . import extra_policies
         if name not in extra_policies.REGISTRY:
-            raise UserError(f"Unknown policy {name!r}: choose plain, static, eagle2"
+            raise UserError(f"Unknown policy {name!r}: choose plain, static, eagle2, eagle2-auto"
                             + "".join(f", {n}" for n in extra_policies.REGISTRY) + ".")
         try:
             p = extra_policies.REGISTRY[name](total_tokens=total_tokens, depth=depth, top_k=top_k, **own)

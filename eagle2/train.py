@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .errors import UserError
-from .head import EagleHead, save_head
+from .head import EagleHead, load_head, save_head
 from .loading import load_target, pick_device
 from .selfdistill import extract_features, generate_data, load_features, read_prompts
 from .weights import ASSETS, hub_download, resolve_target
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated MT-bench-style prompt files (hand-written + templated)")
     ap.add_argument("--heldout", default=str(ASSETS / "prompts" / "heldout.jsonl"))
     ap.add_argument("--stages", default="data,features,train")
+    ap.add_argument("--features", default=None,
+                    help="run folder whose feature cache the train stage reads (default: --out), e.g. to "
+                         "fine-tune into a fresh folder")
     ap.add_argument("--variants", default="greedy,t0.7", help=f"self-distillation decodings: {','.join(VARIANTS)}")
     ap.add_argument("--limit-prompts", type=int, default=0, help="use only the first K prompts (0 = all)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
@@ -50,9 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--noise", type=float, default=0.2, help="uniform input-feature noise half-width")
     ap.add_argument("--ce-weight", type=float, default=0.1)
     ap.add_argument("--draft-vocab", type=int, default=8192, help="0 = full target vocabulary")
-    ap.add_argument("--init", default="random", choices=["random", "last-layer"],
-                    help="initialise the head's layer randomly (default) or from the target's last layer "
-                         "(measured worse on SmolLM2: its large output scale dominates the first epochs)")
+    ap.add_argument("--init", default="random",
+                    help="'random' (default), 'last-layer' (the target's last layer; measured worse on SmolLM2: "
+                         "its large output scale dominates the first epochs), or a head folder to fine-tune "
+                         "(its draft vocabulary is kept)")
+    ap.add_argument("--ttt-steps", type=int, default=1,
+                    help="training-time test: also train S-1 unrolled passes in which the head reads its own "
+                         "predicted features, as draft nodes of depth 2..S do (1 = off; S costs about S x)")
+    ap.add_argument("--ttt-weight", type=float, default=1.0, help="loss weight of each unrolled pass")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
@@ -127,27 +135,45 @@ def collate(batch: list[dict], device):
     return fin.to(device), tok.to(device), fout.to(device), m.to(device)
 
 
-def head_loss(head, fin, tok, fout, m, noise, ce_weight, train=True, top1_target=None):
-    """EAGLE loss on one batch. Agreement is against `top1_target` (full-vocabulary argmax, given
-    for evaluation) or, in training, the target's argmax within the draft vocabulary."""
+def head_loss(head, fin, tok, fout, m, noise, ce_weight, train=True, top1_target=None, ttt_steps=1,
+              ttt_weight=1.0):
+    """EAGLE loss on one batch, plus (ttt_steps > 1) the same loss, weighted ttt_weight, on each
+    unrolled training-time-test pass in which the head reads its own predicted features
+    (head.forward_train_unrolled). Returns (loss, stats): the step-1 loss `loss1`, `top1`, the
+    number of loss positions `n` and `top1_step{s}` for each unrolled pass. Agreement is against
+    `top1_target` (full-vocabulary argmax, given for evaluation) or, in training, the target's
+    argmax within the draft vocabulary."""
     if train and noise > 0:
         fin = fin + (torch.rand_like(fin) * 2 - 1) * noise
     g = head.forward_train(fin, tok)
     w = head.lm_weight
     sel = m > 0  # the vocabulary products (most of the cost) only where the loss looks
-    g, fout = g[sel], fout[sel]
-    reg = F.smooth_l1_loss(g, fout, reduction="none").mean(-1)
-    logq = torch.log_softmax(g @ w.T, dim=-1)
+    fsel = fout[sel]
     with torch.no_grad():
-        p = torch.softmax(fout @ w.T, dim=-1)  # the target's distribution, on the draft vocabulary
-    ce = -(p * logq).sum(-1)
+        p = torch.softmax(fsel @ w.T, dim=-1)  # the target's distribution, on the draft vocabulary
+        target_ids = head.to_target_ids(p.argmax(-1)) if top1_target is None else top1_target[sel]
+
+    def step(gs, keep=None):
+        """Summed loss and agreements at the selected rows (optionally a subset `keep`)."""
+        t, pp, ids = (fsel, p, target_ids) if keep is None else (fsel[keep], p[keep], target_ids[keep])
+        reg = F.smooth_l1_loss(gs, t, reduction="none").mean(-1)
+        logq = torch.log_softmax(gs @ w.T, dim=-1)
+        ce = -(pp * logq).sum(-1)
+        with torch.no_grad():
+            agree = (head.to_target_ids(logq.argmax(-1)) == ids).float().sum()
+        return (reg + ce_weight * ce).sum(), float(agree), int(gs.shape[0])
+
     denom = max(int(sel.sum()), 1)
-    loss = (reg + ce_weight * ce).sum() / denom
-    with torch.no_grad():
-        top1_draft = head.to_target_ids(logq.argmax(-1))
-        top1_target = head.to_target_ids(p.argmax(-1)) if top1_target is None else top1_target[sel]
-        agree = (top1_draft == top1_target).float().sum() / denom
-    return loss, float(agree), int(sel.sum())
+    loss, agree, _ = step(g[sel])
+    stats = {"loss1": float(loss.detach()) / denom, "top1": agree / denom, "n": int(sel.sum())}
+    if ttt_steps > 1:
+        col = torch.arange(sel.shape[1], device=sel.device).expand_as(sel)[sel]
+        for s, gs in enumerate(head.forward_train_unrolled(fin, tok, g, ttt_steps), start=2):
+            keep = col >= s - 1  # rows with a full chain of s-1 drafted ancestors
+            ls, a_s, n_s = step(gs[sel][keep], keep)
+            loss = loss + ttt_weight * ls * denom / max(n_s, 1)
+            stats[f"top1_step{s}"] = a_s / max(n_s, 1)
+    return loss / denom, stats
 
 
 @torch.no_grad()
@@ -161,22 +187,32 @@ def full_argmax(convs, lm_full, device, batch_tokens):
 
 
 @torch.no_grad()
-def evaluate(head, convs, device, batch_tokens, top1) -> tuple[float, float]:
-    tot_loss = tot_agree = tot_n = 0.0
+def evaluate(head, convs, device, batch_tokens, top1, steps: int = 2) -> dict:
+    """Held-out loss and top-1 agreement, and the agreement of unrolled passes 2..steps reading
+    the head's own predictions (what acceptance past the first drafted token depends on)."""
+    tot, tot_n = {}, 0
     for batch, t1 in zip(batches(convs, batch_tokens, False, random.Random(0)), top1):
-        loss, agree, n = head_loss(head, *collate(batch, device), 0.0, 0.1, train=False, top1_target=t1)
-        tot_loss += float(loss) * n
-        tot_agree += agree * n
+        _, st = head_loss(head, *collate(batch, device), 0.0, 0.1, train=False, top1_target=t1, ttt_steps=steps)
+        n = st.pop("n")
+        for k, v in st.items():
+            tot[k] = tot.get(k, 0.0) + v * n
         tot_n += n
-    return tot_loss / max(tot_n, 1), tot_agree / max(tot_n, 1)
+    out = {k: v / max(tot_n, 1) for k, v in tot.items()}
+    return {"heldout_loss": out.pop("loss1"), "heldout_top1": out.pop("top1"),
+            **{f"heldout_{k}": v for k, v in out.items()}}
 
 
 def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
     out = Path(a.out)
     torch.manual_seed(a.seed)
     args = target.args
-    draft_ids = choose_vocab(train_convs, a.draft_vocab, target.lm_head.weight.detach(), set(args.eos_ids))
-    head = EagleHead(args, fc_bias=True, draft_vocab=draft_ids)
+    if a.init not in ("random", "last-layer"):
+        if not (Path(a.init) / "config.json").exists():
+            raise UserError(f"--init must be 'random', 'last-layer' or a head folder; {a.init} has no config.json.")
+        head, _ = load_head(Path(a.init), args)
+    else:
+        draft_ids = choose_vocab(train_convs, a.draft_vocab, target.lm_head.weight.detach(), set(args.eos_ids))
+        head = EagleHead(args, fc_bias=True, draft_vocab=draft_ids)
     if a.init == "last-layer":
         last = target.layers[-1].state_dict()
         head.layers[0].load_state_dict({k: v for k, v in last.items() if not k.startswith("input_layernorm")})
@@ -208,6 +244,12 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
         log = json.loads((out / "train_log.json").read_text())
         print(f"resuming after epoch {start_epoch}")
     held_top1 = full_argmax(held_convs, lm_full, device, a.batch_tokens)
+    eval_steps = max(2, a.ttt_steps)
+    if not log["epochs"] and a.init not in ("random", "last-layer"):  # the fine-tune's starting point
+        head.eval()
+        log["epochs"].append({"epoch": 0, "init": str(a.init), **evaluate(head, held_convs, device, a.batch_tokens,
+                                                                         held_top1, eval_steps), "wall_s": 0.0})
+        print(json.dumps(log["epochs"][-1]))
     t_start = time.time() - (log["epochs"][-1]["wall_s"] if log["epochs"] else 0.0)  # resumed runs keep counting
     for epoch in range(start_epoch, a.epochs):
         head.train()
@@ -215,7 +257,9 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
         bar = tqdm(batches(train_convs, a.batch_tokens, True, rng), total=steps_per_epoch,
                    desc=f"epoch {epoch + 1}/{a.epochs}", unit="batch")
         for i, batch in enumerate(bar):
-            loss, agree, _ = head_loss(head, *collate(batch, device), a.noise, a.ce_weight)
+            loss, st = head_loss(head, *collate(batch, device), a.noise, a.ce_weight, ttt_steps=a.ttt_steps,
+                                 ttt_weight=a.ttt_weight)
+            agree = st["top1"]
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 0.5)
@@ -227,9 +271,8 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
             run_agree = 0.9 * run_agree + 0.1 * agree if i else agree
             bar.set_postfix(loss=f"{run_loss:.3f}", top1=f"{run_agree:.3f}")
         head.eval()
-        held_loss, held_agree = evaluate(head, held_convs, device, a.batch_tokens, held_top1)
         rec = {"epoch": epoch + 1, "train_loss": run_loss, "train_top1": run_agree,
-               "heldout_loss": held_loss, "heldout_top1": held_agree,
+               **evaluate(head, held_convs, device, a.batch_tokens, held_top1, eval_steps),
                "wall_s": time.time() - t_start}
         log["epochs"].append(rec)
         print(json.dumps(rec))
@@ -242,6 +285,10 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
 
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
+    if not 1 <= a.ttt_steps <= 8:
+        raise UserError(f"--ttt-steps must be in [1, 8] (got {a.ttt_steps}).")
+    if a.ttt_weight < 0:
+        raise UserError(f"--ttt-weight must be >= 0 (got {a.ttt_weight}).")
     if a.threads:
         torch.set_num_threads(a.threads)
     dev = pick_device(a.device)
@@ -281,8 +328,13 @@ def main(argv=None) -> int:
         target = target.float()
         for p in target.parameters():
             p.requires_grad_(False)
-        train_convs = load_features(out / "features_train")
-        held_convs = load_features(out / "features_heldout")
+        feats = Path(a.features) if a.features else out
+        for split in ("train", "heldout"):
+            if not (feats / f"features_{split}" / "index.json").exists():
+                raise UserError(f"No {split} feature cache in {feats}: run the features stage first, or point "
+                                f"--features at a run folder that has one.")
+        train_convs = load_features(feats / "features_train")
+        held_convs = load_features(feats / "features_heldout")
         print(f"training on {len(train_convs)} conversations "
               f"({sum(len(c['ids']) for c in train_convs)} tokens), held-out {len(held_convs)}")
         train_head(a, target, None, train_convs, held_convs, dev)

@@ -132,6 +132,26 @@ def test_lockstep_session_is_lossless_and_timed_separately(bundle):
     assert ys and all(y > 0 for y in ys)
 
 
+def test_auto_budget_policy_in_a_session(bundle):
+    """eagle2-auto in the page: lossless against plain, N within the slider's cap, its choice
+    explained, and the comparison previews drawn with the comparison decoder's own policy."""
+    sess = solo(bundle, "Write a haiku about autumn leaves.", 4, policy="eagle2-auto", compare="eagle2",
+                total_tokens=12, depth=4, max_new_tokens=40)
+    m, p = sess.main, sess.plain
+    n = len(m.generated)
+    assert n > 4 and p.generated[:n] == m.generated
+    assert sess.labels()[0] == "eagle2-auto" and sess.previews[1].policy == "eagle2"
+    steps = [s for s in m.trace.steps if s.tree is not None]
+    assert steps and all(1 <= s.tree.extra["auto_n"] <= 12 for s in steps)
+    assert all(sum(map(bool, s.tree.kept)) == s.tree.extra["auto_n"] for s in steps)
+    assert all(max(s.tree.depths) <= 5 for s in steps)  # depth 4 expansions reach depth 5 at most
+    text = viz.explain_text(steps[-1], "rerank")
+    assert f"N = {steps[-1].tree.extra['auto_n']}" in text and "Hardware-aware budget" in text
+    assert len(app.render(sess.view())) == app.N_DASH
+    with pytest.raises(app.UserError, match="total tokens"):
+        app.Settings.from_ui(*ui(policy="eagle2-auto", total_tokens=0)[:10])
+
+
 def test_settings_change_mid_run_applies_from_next_cycle(bundle):
     sess = solo(bundle, "Say hello.", 1)
     notes = sess.apply(app.Settings(**dict(SMALL, policy="static", temperature=0.5, seed=3)))

@@ -55,5 +55,17 @@ def test_bench_auto_budget_rows(tmp_path, capsys):
     assert set(s["policies"]) == {"plain", "eagle2", "eagle2-auto-n"}
     assert all(p["identical_to_plain"] == 1.0 for p in s["policies"].values())
     assert s["verify_profile_s"] and s["packed_weights"] is True
+    for name in ("eagle2", "eagle2-auto-n"):  # what the budget chose, and where the time went
+        p = s["policies"][name]
+        assert sum(p["auto_n"].values()) == p["target_forwards"] - 1  # every cycle after the prefill
+        assert 1 <= p["auto_mean_n"] <= 64 and 0 < p["draft_share"] < 1
+        assert p["draft_ms_per_cycle"] > 0 and p["verify_ms_per_cycle"] > 0
+    assert "draft_share" not in s["policies"]["plain"]
+    # the app's name for the same budget: eagle2-auto, capped by an integer --total-tokens
+    out2 = tmp_path / "out2"
+    assert cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2-auto", "--max-new-tokens", "16",
+                     "--total-tokens", "12", "--out", str(out2)]) == 0
+    s2 = json.loads((out2 / "summary.json").read_text())
+    assert s2["policies"]["eagle2-auto"]["identical_to_plain"] == 1.0 and s2["verify_profile_s"]
     rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2-auto-n", "--out", str(out)])
     assert rc == 2 and "needs --total-tokens auto" in capsys.readouterr().err

@@ -335,3 +335,38 @@ def test_corrupt_checkpoint_is_a_user_error(tmp_path, target, kind, monkeypatch)
     assert fragment.lower() in msg.lower(), msg
     assert "\n" not in msg and len(msg) < 400
     assert not (tmp_path / "EVIL_MARKER").exists()
+
+
+def test_unrolled_training_steps_match_deeper_draft_nodes(target):
+    """forward_train_unrolled's pass s, row j must be exactly what decoding computes for the
+    depth-s node at position j: the true pairs up to j-s+1 in the head's cache, then the chain of
+    drafted pairs (each reading its parent's predicted feature) under HeadRunner's tree mask."""
+    _, _, targs = target
+    args = LlamaArgs(**{**vars(targs), "n_layers": 1})
+    torch.manual_seed(5)
+    head = EagleHead(args, fc_bias=True)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.1)
+    head.eval()
+    T, S = 7, 3
+    feats, toks = torch.randn(1, T, H), torch.randint(0, V, (1, T))
+    with torch.no_grad():
+        g1 = head.forward_train(feats, toks)
+        passes = [g1[0]] + [g[0] for g in head.forward_train_unrolled(feats, toks, g1, S)]
+    for s in range(2, S + 1):
+        for j in range(s - 1, T):
+            c = j - s + 2  # true pairs 0..c-1 are committed
+            cache = head.new_cache(32)
+            head.forward_cached(cache, feats[0, :c], toks[0, :c], torch.arange(c), 0)
+            cache.advance(c)
+            g = passes[0][c - 1:c]  # the root's prediction, read by the depth-2 node
+            for d in range(2, s + 1):  # the chain of drafted nodes down to depth s
+                pos = c + d - 2
+                mask = torch.ones(1, d - 1, dtype=torch.bool)  # ancestors in the tree part, and itself
+                g = head.forward_cached(cache, g, toks[0, pos:pos + 1], torch.tensor([pos]), c + d - 2, mask)
+            assert (g[0] - passes[s - 1][j]).abs().max().item() < 1e-5, (s, j)
+    # a pass reads the head's own features, so it differs from the teacher-forced one
+    assert (passes[1][1:] - g1[0, 1:]).abs().max().item() > 1e-3
+
+

@@ -34,3 +34,32 @@ def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
     assert train_main(["--out", str(out), "--limit-prompts", "6", "--max-new-tokens", "24", "--variants", "greedy",
                        "--epochs", "6", "--batch-tokens", "512", "--draft-vocab", "1024", "--stages", "train"]) == 0
     assert len(json.loads((out / "train_log.json").read_text())["epochs"]) == 6
+    # fine-tuning that head with two training-time-test passes (the head reading its own features)
+    tuned = tmp_path / "tuned"
+    assert train_main(["--out", str(tuned), "--features", str(out), "--stages", "train", "--limit-prompts", "6",
+                       "--init", str(out / "head"),
+                       "--ttt-steps", "3", "--epochs", "4", "--batch-tokens", "512", "--lr", "5e-4",
+                       "--noise", "0.0"]) == 0
+    log2 = json.loads((tuned / "train_log.json").read_text())
+    start, end = log2["epochs"][0], log2["epochs"][-1]
+    assert start["epoch"] == 0 and start["init"] == str(out / "head")
+    assert abs(start["heldout_top1"] - log["epochs"][-1]["heldout_top1"]) < 1e-6  # it starts from that head
+    assert all(0.0 <= e[f"heldout_top1_step{s}"] <= 1.0 for e in log2["epochs"] for s in (2, 3))
+    s2 = log2["step_losses"]  # 2 batches per epoch: the first and last epochs see the same data
+    assert sum(s2[-2:]) < 0.7 * sum(s2[:2]), f"the unrolled fine-tune did not lower its loss: {s2}"
+    head2, _ = load_head(tuned / "head", target.args)
+    assert torch.equal(head2.draft_ids, head.draft_ids)  # the draft vocabulary is kept
+
+
+def test_init_must_be_a_head_folder(tmp_path):
+    import pytest
+    from eagle2.errors import UserError
+    from eagle2.train import build_parser, train_head
+    a = build_parser().parse_args(["--out", str(tmp_path), "--init", str(tmp_path / "nope")])
+    target = load_target(resolve_target("smollm2-135m"), torch.device("cpu"), torch.float32)
+    with pytest.raises(UserError, match="head folder"):
+        train_head(a, target, None, [], [], torch.device("cpu"))
+    with pytest.raises(UserError, match="No train feature cache"):
+        train_main(["--out", str(tmp_path), "--stages", "train", "--features", str(tmp_path / "none")])
+    with pytest.raises(UserError, match="--ttt-steps"):
+        train_main(["--out", str(tmp_path), "--ttt-steps", "0"])

@@ -251,7 +251,13 @@ def test_series_speedup_and_metrics(steps):
     m = viz.metrics(main, [plain])
     assert m["speedups"]["plain"] == pytest.approx(2.5 / 1.1)
     assert m["decoders"][0]["tau"] == pytest.approx(5 / 3)
-    assert "2.27×" in viz.metrics_html(m)
+    assert "2.27×" in viz.metrics_html(m) and "Slower than plain" not in viz.metrics_html(m)
+    # slower than plain after enough tokens: the page says why and what to try
+    slow = dict(main, tokens=[1, 20], wall_s=[.5, 20.0], forwards=[1, 8])
+    plain20 = dict(plain, tokens=list(range(1, 21)), wall_s=[.5 * i for i in range(1, 21)],
+                   forwards=list(range(1, 21)))
+    assert "Slower than plain" in viz.metrics_html(viz.metrics(slow, [plain20]))
+    assert "Slower than plain" not in viz.metrics_html(viz.metrics(dict(slow, label="eagle2-auto"), [plain20]))
     fig = viz.speedup_chart(main, [plain])
     assert list(fig.data[0].y) == pytest.approx(ys)
     race = viz.race_chart([main, plain])

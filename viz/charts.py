@@ -116,6 +116,13 @@ def metrics_html(m: dict, lossy: dict | None = None) -> str:
                      f'of {label}, at the same number of tokens, each timed on its own work">'
                      f'<div class="mval">{val}</div><div class="mlab"><b>{main["decoder"]}</b> vs {label}<br>'
                      f'<small>wall-clock speedup</small></div></div>')
+    vs_plain = m["speedups"].get("plain")
+    if (vs_plain is not None and vs_plain < 1.0 and main["tokens"] >= 16
+            and not main["decoder"].startswith("eagle2-auto")):
+        cards.append('<div class="mcard hint" title="why speculative decoding can be slower">'
+                     '<div class="mlab"><b>Slower than plain here?</b><br><small>On this device, verifying the '
+                     'whole tree costs more than the extra accepted tokens return. Policy <b>eagle2-auto</b> '
+                     'sizes the tree from measured costs.</small></div></div>')
     for d in m["decoders"]:
         cards.append(
             f'<div class="mcard" title="tau: generated tokens per target forward pass (plain decoding: 1)">'

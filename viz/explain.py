@@ -119,11 +119,19 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                 f"it.{best_s}{sel}")
     if key == "rerank":
         dropped = n - 1 - len(kept)
+        auto = ""
+        extra = t.extra or {}
+        if "auto_n" in extra:
+            auto = (f" **Hardware-aware budget:** instead of a fixed N, this cycle's N = {extra['auto_n']} maximises "
+                    f"expected tokens per second, (1 + the sum of the kept values) / (draft time + the target's "
+                    f"measured time to verify N tokens); it expects {extra.get('auto_expected_tokens', 0):.2f} "
+                    f"tokens. It drafted {extra.get('auto_levels', 0)} level(s) past the root's children, each "
+                    f"only after predicting that it would raise that rate.")
         return (f"**Rerank.** Expansion drafted {n - 1} candidates. EAGLE-2 keeps the {len(kept)} of highest "
                 f"value (ties go to shallower nodes) and makes sure every kept node's ancestors are kept, so the "
                 f"root plus these form the {len(kept) + 1} tokens the target verifies. The {dropped} faded nodes "
                 f"cost draft compute but no target compute. Because values depend on the context, the shape of "
-                f"the kept tree changes from cycle to cycle: a *dynamic* draft tree.")
+                f"the kept tree changes from cycle to cycle: a *dynamic* draft tree.{auto}")
     if key == "verify":
         tps = [(t.target_prob[i] or 0.0, i) for i in kept] if t.target_prob else []
         best = max(tps) if tps else None
