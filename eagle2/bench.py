@@ -112,15 +112,12 @@ def make_decoder(bundle, name, sp, max_new, tree_kw, profile):
     if name == "eagle2-auto-n" and tree_kw.get("total_tokens") != "auto":
         raise UserError("Policy eagle2-auto-n (the auto budget choosing N only, at fixed depth) needs "
                         "--total-tokens auto.")
-    if name in ("eagle2", "eagle2-auto-n") and tree_kw.get("total_tokens") == "auto":
-        from .budget import AutoBudgetPolicy
-        pol = AutoBudgetPolicy(profile=profile, adaptive_depth=name == "eagle2",
-                               **{k: v for k, v in tree_kw.items() if k in ("depth", "top_k") and v is not None})
-        return Decoder(bundle, pol, sp, max_new_tokens=max_new, record=False)
     # tree flags apply to the tree-building policies; 'auto' only to eagle2, the static shape is fixed
     kw = {k: v for k, v in tree_kw.items() if v is not None and v != "auto"}
     if name in ("plain", "static"):
         kw = {}
+    if name in ("eagle2", "eagle2-auto-n") and tree_kw.get("total_tokens") == "auto":
+        name, kw["adaptive_depth"] = "eagle2-auto", name == "eagle2"  # the same budget, depth fixed for -n
     if name == "eagle2-auto":
         kw["profile"] = profile
     return Decoder(bundle, name, sp, max_new_tokens=max_new, record=False, **kw)

@@ -177,10 +177,12 @@ class Eagle2Policy:
 def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None, profile=None, **own):
     """`own`: a registered policy's own parameters (extra_policies.REGISTRY factories).
     'eagle2-auto' (the hardware-aware budget; total_tokens and depth are its caps) needs
-    `profile`, the target's measured verification times (Decoder measures them)."""
+    `profile`, the target's measured verification times (Decoder measures them), and takes
+    `adaptive_depth` (default True; False keeps the depth fixed and chooses only N)."""
     name = (name or "eagle2").lower()
-    if own and name in ("static", "eagle2", "eagle2-auto"):
-        raise UserError(f"Policy {name!r} has no parameter(s) {', '.join(sorted(own))}.")
+    extra = set(own) - ({"adaptive_depth"} if name == "eagle2-auto" else set())
+    if extra and name in ("static", "eagle2", "eagle2-auto"):
+        raise UserError(f"Policy {name!r} has no parameter(s) {', '.join(sorted(extra))}.")
     tree_kw = {k: v for k, v in dict(total_tokens=total_tokens, depth=depth, top_k=top_k).items() if v is not None}
     if name == "static":
         p = StaticPolicy(shape=[list(s) for s in shape]) if shape else StaticPolicy()
@@ -193,7 +195,7 @@ def make_policy(name: str, total_tokens=None, depth=None, top_k=None, shape=None
             tree_kw["max_tokens"] = tree_kw.pop("total_tokens")
         if profile:  # no extrapolation past the largest measured N
             tree_kw["max_tokens"] = min(tree_kw.get("max_tokens", 64), max(int(n) for n in profile))
-        p = AutoBudgetPolicy(profile=profile or {}, **tree_kw)
+        p = AutoBudgetPolicy(profile=profile or {}, **tree_kw, **own)
     else:
         from . import extra_policies
         if name not in extra_policies.REGISTRY:

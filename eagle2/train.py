@@ -206,7 +206,8 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
     out = Path(a.out)
     torch.manual_seed(a.seed)
     args = target.args
-    if a.init not in ("random", "last-layer"):
+    fine_tune = a.init not in ("random", "last-layer")  # --init names a head folder
+    if fine_tune:
         if not (Path(a.init) / "config.json").exists():
             raise UserError(f"--init must be 'random', 'last-layer' or a head folder; {a.init} has no config.json.")
         head, _ = load_head(Path(a.init), args)
@@ -245,7 +246,7 @@ def train_head(a, target, tok, train_convs, held_convs, device) -> dict:
         print(f"resuming after epoch {start_epoch}")
     held_top1 = full_argmax(held_convs, lm_full, device, a.batch_tokens)
     eval_steps = max(2, a.ttt_steps)
-    if not log["epochs"] and a.init not in ("random", "last-layer"):  # the fine-tune's starting point
+    if not log["epochs"] and fine_tune:  # the fine-tune's starting point
         head.eval()
         log["epochs"].append({"epoch": 0, "init": str(a.init), **evaluate(head, held_convs, device, a.batch_tokens,
                                                                          held_top1, eval_steps), "wall_s": 0.0})

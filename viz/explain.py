@@ -67,6 +67,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
     """One paragraph (Markdown/HTML-safe) explaining what happened in this phase of this cycle."""
     G = tree_graph(step)
     t = step.tree
+    extra = t.extra or {}
     n = len(t.tokens)
     kept = [i for i in range(1, n) if t.kept[i]]
     beams = _beams(step)
@@ -77,7 +78,6 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
         new = [i for i in range(1, n) if t.levels[i] == lv]
         best = max(new, key=lambda i: t.values[i]) if new else None
         best_s = f" The most likely one is {_q(G.nodes[best]['text'])} (path value {fmt_p(G.nodes[best]['pv'])})." if best else ""
-        extra = t.extra or {}
         if "dyspec" in extra:  # DySpec: greedy growth from a heap of slots
             depths = sorted({t.depths[i] for i in new})
             return (f"**Draft call {lv + 1}.** DySpec grows the tree greedily: it keeps a heap of expandable "
@@ -96,7 +96,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                     f"tokens. A node's *value* is the product of draft probabilities along its path; here it is "
                     f"just the child's probability.{best_s} All of them are selected for expansion (ringed).")
         parents = len({t.parents[i] for i in new})
-        mass = (step.tree.extra or {}).get("beam_mass", [])
+        mass = extra.get("beam_mass", [])
         sel = ""
         if lv < len(beams) and lv < max_level:
             m = f", holding {fmt_p(math.exp(mass[lv]))} of the draft's probability mass" if lv < len(mass) else ""
@@ -104,7 +104,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                    f"for the next expansion{m}; the rest stay in the pool as candidates.")
         else:
             sel = " This is the last level (the depth limit); the pool is complete."
-        ddd = (t.extra or {}).get("ddd")
+        ddd = extra.get("ddd")
         if ddd:
             chk = [c for c in ddd.get("checks", []) if c.get("level") == lv + 1]
             if chk:
@@ -120,7 +120,6 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
     if key == "rerank":
         dropped = n - 1 - len(kept)
         auto = ""
-        extra = t.extra or {}
         if "auto_n" in extra:
             auto = (f" **Hardware-aware budget:** instead of a fixed N, this cycle's N = {extra['auto_n']} maximises "
                     f"expected tokens per second, (1 + the sum of the kept values) / (draft time + the target's "
@@ -144,7 +143,6 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
     path = list(step.accepted_path or [])
     acc_txt = " ".join(_q(G.nodes[i]["text"]) for i in path) or "none"
     bonus = _q(G.nodes[BONUS]["text"]) if BONUS in G else "–"
-    extra = t.extra or {}
     if greedy:
         rule = ("a child is accepted if it is the target's top choice at its parent, and the longest such path "
                 "wins")
