@@ -1,15 +1,23 @@
-"""eagle2: speculative decoding with dynamic draft trees (EAGLE-2) and its baselines."""
+"""eagle2: speculative decoding with dynamic draft trees (EAGLE-2) and its baselines.
+
+Layers: model/ (target, head, loading) -> cycle/ (tree, drafting, verification, decoder, traces,
+the lockstep race) <-> policies/ (tree policies behind one interface and registry) -> tools/
+(command line, bench, profile, train). `import eagle2` stays light: torch loads on first use, and
+the trace types (cycle/trace.py, cycle/tree.py, cycle/records.py) never need it.
+"""
 from .errors import UserError
-from .sampling import SamplingParams
 
 __all__ = ["UserError", "SamplingParams", "load_bundle", "Decoder"]
 
 
-def __getattr__(name):  # keep `import eagle2` light: torch-heavy modules load on first use
+def __getattr__(name):
     if name == "load_bundle":
-        from .loading import load_bundle
+        from .model.loading import load_bundle
         return load_bundle
     if name == "Decoder":
-        from .decoder import Decoder
+        from .cycle.decoder import Decoder
         return Decoder
+    if name == "SamplingParams":
+        from .cycle.sampling import SamplingParams
+        return SamplingParams
     raise AttributeError(name)

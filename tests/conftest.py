@@ -88,12 +88,12 @@ def tiny_target(tmp_path_factory):
 @_pytest.fixture(scope="session")
 def real_folder():
     """The converted default model folder (fetched and converted once if needed)."""
-    from eagle2.weights import resolve_target
+    from eagle2.model.weights import resolve_target
     return resolve_target("smollm2-135m")
 
 
 @_pytest.fixture(scope="session")
 def real_bundle(real_folder):
     """The default bundle (target + whatever head the preset ships), loaded once per session."""
-    from eagle2.loading import load_bundle
+    from eagle2.model.loading import load_bundle
     return load_bundle()

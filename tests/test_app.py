@@ -1,42 +1,63 @@
-"""The app's sessions and handlers: concurrent sessions through the real Gradio queue, errors that
-keep the session usable, mid-run settings, exports and replay."""
+"""The page's sessions and handlers (ui/): concurrent sessions through the real Gradio queue, errors
+that keep the session usable, mid-run settings, exports and replay, outputs bound by name."""
 from __future__ import annotations
 
+import inspect
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 
-import app
 import viz
-from eagle2.trace import Trace
+from eagle2.cycle.race import RaceSettings
+from eagle2.cycle.trace import Trace
+from eagle2.errors import UserError
+from eagle2.policies.registry import describe, names
+from ui import handlers, wiring
+from ui.dashboard import DASH, render
+from ui.model import MODEL, ModelHolder
+from ui.page import build_app, launch
+from ui.session import Session, Settings
+from ui.traces import shipped_traces
+from ui.view import View
 
 SMALL = dict(policy="eagle2", compare="static", total_tokens=10, depth=3, top_k=4, temperature=0.0,
              top_p=1.0, seed=0, max_new_tokens=8, side_by_side=True)
-UI_ORDER = ["policy", "compare", "total_tokens", "depth", "top_k", "temperature", "top_p", "seed",
-            "max_new_tokens", "side_by_side"]
+DISPLAY = dict(colour_by="path value", show_dropped=False)
+SKIP = type(gr.skip())
+# What the API returns for Step, by name: the Live outputs but the session (a gr.State stays on the server).
+STEP_API = [n for n in handlers.LIVE if n != "session"]
 
 
 def ui(**over):
-    d = dict(SMALL, **over)
-    return [d[k] for k in UI_ORDER] + ["path value", False]
+    """The Live tab's control values, in the order the handlers take them."""
+    d = dict(SMALL, **DISPLAY, **over)
+    return [d[k] for k in handlers.CONTROLS]
+
+
+def settings_ui(**over):
+    """The values Settings.from_ui takes (the controls but the display options)."""
+    return [v for k, v in zip(handlers.CONTROLS, ui(**over)) if k not in DISPLAY]
 
 
 @pytest.fixture(scope="module")
 def bundle(real_bundle):
-    """The default model (conftest's session bundle), installed as the app's loaded model."""
-    app.MODEL.set(real_bundle)
+    """The default model (conftest's session bundle), installed as the page's loaded model."""
+    MODEL.set(real_bundle)
     return real_bundle
 
 
 def solo(bundle, prompt, ticks, **over):
-    s = app.Settings(**dict(SMALL, **over))
-    sess = app.Session()
+    s = Settings(**dict(SMALL, **over))
+    sess = Session()
     sess.start(bundle, prompt, s)
     for _ in range(ticks):
         sess.tick()
@@ -55,6 +76,73 @@ def table_text(table) -> str:
     return "".join(row[cols.index("text")] for row in table["data"])
 
 
+def test_page_binds_controls_and_outputs_by_name():
+    """The events' inputs and outputs are the components their names say (ui/wiring.py turns
+    the handlers' dicts into Gradio's lists), and the controls start at the race's defaults."""
+    cfg = build_app(preload_trace=False).config
+    comps = {c["id"]: c for c in cfg["components"]}
+
+    def dep(elem_id, event):
+        return next(d for d in cfg["dependencies"]
+                    if [comps[t]["props"].get("elem_id") for t, ev in d["targets"] if t in comps] == [elem_id]
+                    and d["targets"][0][1] == event)
+
+    def props(names, ids):
+        assert len(names) == len(ids)
+        return {n: dict(comps[i]["props"], type=comps[i]["type"]) for n, i in zip(names, ids)}
+
+    suffix = {"compare": "cmp"}    # dashboard elem_ids that differ from the output's name
+    step = dep("step-btn", "click")
+    assert step["api_name"] == "step"
+    out = props(handlers.LIVE, step["outputs"])
+    assert out["session"]["type"] == "state" and out["status"]["elem_id"] == "live-status"
+    assert all(out[n]["elem_id"] == f"live-{suffix.get(n, n)}" for n in DASH), out
+    inp = props(("session", "prompt", *handlers.CONTROLS), step["inputs"])
+    labels = dict(prompt="Prompt (chat message)", policy="Tree policy", compare="Compare with",
+                  total_tokens="Total tokens N", depth="Depth d", top_k="Top-k", temperature="Temperature",
+                  top_p="Top-p", seed="Seed", max_new_tokens="Max new tokens", colour_by="Colour nodes by")
+    assert {n: inp[n]["label"] for n in labels} == labels
+    assert inp["show_dropped"]["elem_id"] == "show-dropped" and inp["side_by_side"]["type"] == "checkbox"
+    defaults = RaceSettings()
+    assert {n: inp[n]["value"] for n in handlers.CONTROLS[:handlers.N_SETTINGS]} == \
+        {n: getattr(defaults, n) for n in handlers.CONTROLS[:handlers.N_SETTINGS]}
+    assert inp["policy"]["choices"] == inp["compare"]["choices"] == [(n, n) for n in names()]
+    assert all(describe(n) in inp["policy"]["info"] for n in names())
+    live = props(DASH, dep("live-cycle", "input")["outputs"])
+    assert all(live[n]["elem_id"] == f"live-{suffix.get(n, n)}" for n in DASH)
+    replay = props(handlers.REPLAY, dep("trace-pick", "change")["outputs"])
+    assert replay["view"]["type"] == "state" and replay["info"]["elem_id"] == "trace-info"
+    assert all(replay[n]["elem_id"] == f"replay-{suffix.get(n, n)}" for n in DASH)
+    ex = props(handlers.EXPLAIN, dep("explain-phase", "change")["outputs"])
+    assert {n: ex[n]["elem_id"] for n in ex} == dict(cycle="explain-cycle", phase="explain-phase",
+                                                    figure="explain-tree", text="explain-text")
+
+
+def test_the_session_layer_imports_no_gradio():
+    """Sessions, views, the model holder and the trace recorder work without Gradio (scripts,
+    the recorder); only the dashboard, handlers, tabs and page import it."""
+    code = ("import sys, ui.model, ui.session, ui.view, ui.traces, ui.threads, ui.help\n"
+            "assert 'gradio' not in sys.modules, sorted(m for m in sys.modules if m.startswith('gradio'))\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_wiring_orders_named_outputs_strictly():
+    assert wiring.ordered({"b": 2, "a": 1}, ("a", "b")) == [1, 2]
+    for wrong in ({"a": 1}, {"a": 1, "b": 2, "c": 3}):
+        with pytest.raises(KeyError):
+            wiring.ordered(wrong, ("a", "b"))
+
+    def gen():
+        yield {"b": 1, "a": 0}
+        yield {"a": 2, "b": 3}
+    streamed = wiring.positional(gen, ("a", "b"))
+    assert inspect.isgeneratorfunction(streamed) and list(streamed()) == [[0, 1], [2, 3]]
+    assert wiring.positional(handlers.on_step, handlers.LIVE).__name__ == "on_step"   # API names kept
+
+
 def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
     """Two browser sessions (two clients) step different prompts at the same time through the
     real queue; each ends with exactly the tokens of a solo run of its own prompt."""
@@ -63,7 +151,7 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
     ticks = 2
     expected = [solo(bundle, p, ticks) for p in prompts]
     port = free_port()
-    spans, real = [], app.do_steps
+    spans, real = [], handlers.do_steps
 
     def timed(sess, prompt, *a, **k):  # record when each session's decoding runs, server side
         t0 = time.perf_counter()
@@ -71,8 +159,8 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
         spans.append((prompt, t0, time.perf_counter()))
         return out
 
-    monkeypatch.setattr(app, "do_steps", timed)
-    demo = app.launch("127.0.0.1", port, concurrency=2, block=False)
+    monkeypatch.setattr(handlers, "do_steps", timed)
+    demo = launch("127.0.0.1", port, concurrency=2, block=False)
     try:
         results, errors = {}, []
         barrier = threading.Barrier(2)
@@ -84,7 +172,8 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
                 out = None
                 for _ in range(ticks):
                     out = c.predict(prompts[i], *ui(), api_name="/step")
-                results[i] = out
+                assert len(out) == len(STEP_API), out
+                results[i] = dict(zip(STEP_API, out))
             except Exception as e:  # reported below
                 errors.append(repr(e))
 
@@ -95,13 +184,13 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
             t.join(timeout=240)
         assert not errors, errors
         for i in range(2):
-            status, table = results[i][0], results[i][10]
+            status, table = results[i]["status"], results[i]["table"]
             exp = expected[i]
             want = viz.cycle_table(exp.main.trace.steps)
             assert f"cycle {ticks}" in status and f"{len(exp.main.generated)} tokens" in status
             assert table_text(table) == "".join(want["text"]), f"session {i} got another session's text"
-            assert [r[0] for r in table["data"]] == list(range(ticks + 1))
-        assert table_text(results[0][10]) != table_text(results[1][10])
+            assert [r[table["headers"].index("cycle")] for r in table["data"]] == list(range(ticks + 1))
+        assert table_text(results[0]["table"]) != table_text(results[1]["table"])
         a = [(t0, t1) for p, t0, t1 in spans if p == prompts[0]]
         b = [(t0, t1) for p, t0, t1 in spans if p == prompts[1]]
         assert len(a) == len(b) == ticks
@@ -126,9 +215,10 @@ def test_lockstep_session_is_lossless_and_timed_separately(bundle):
     assert len(set(walls)) == 3 and all(w > 0 for w in walls)
     v = sess.view()
     assert [s["role"] for s in v.series] == ["main", "compare", "plain"]
-    outs = app.render(v)
-    assert len(outs) == app.N_DASH
-    xs, ys = viz.speedup_series(v.series[0], v.series[2])
+    outs = render(v)
+    assert list(outs) == list(DASH)
+    by_role = {s["role"]: s for s in v.series}
+    xs, ys = viz.speedup_series(by_role["main"], by_role["plain"])
     assert ys and all(y > 0 for y in ys)
 
 
@@ -142,19 +232,19 @@ def test_auto_budget_policy_in_a_session(bundle):
     assert n > 4 and p.generated[:n] == m.generated
     assert sess.labels()[0] == "eagle2-auto" and sess.previews[1].policy == "eagle2"
     steps = [s for s in m.trace.steps if s.tree is not None]
-    assert steps and all(1 <= s.tree.extra["auto_n"] <= 12 for s in steps)
-    assert all(sum(map(bool, s.tree.kept)) == s.tree.extra["auto_n"] for s in steps)
+    assert steps and all(1 <= s.tree.record.n <= 12 for s in steps)
+    assert all(sum(map(bool, s.tree.kept)) == s.tree.record.n for s in steps)
     assert all(max(s.tree.depths) <= 5 for s in steps)  # depth 4 expansions reach depth 5 at most
     text = viz.explain_text(steps[-1], "rerank")
-    assert f"N = {steps[-1].tree.extra['auto_n']}" in text and "Hardware-aware budget" in text
-    assert len(app.render(sess.view())) == app.N_DASH
-    with pytest.raises(app.UserError, match="total tokens"):
-        app.Settings.from_ui(*ui(policy="eagle2-auto", total_tokens=0)[:10])
+    assert f"N = {steps[-1].tree.record.n}" in text and "Hardware-aware budget" in text
+    assert list(render(sess.view())) == list(DASH)
+    with pytest.raises(UserError, match="total tokens"):
+        Settings.from_ui(*settings_ui(policy="eagle2-auto", total_tokens=0))
 
 
 def test_settings_change_mid_run_applies_from_next_cycle(bundle):
     sess = solo(bundle, "Say hello.", 1)
-    notes = sess.apply(app.Settings(**dict(SMALL, policy="static", temperature=0.5, seed=3)))
+    notes = sess.apply(Settings(**dict(SMALL, policy="static", temperature=0.5, seed=3)))
     assert any("seed" in n for n in notes)
     sess.tick()
     steps = sess.main.trace.steps
@@ -167,22 +257,22 @@ def test_user_errors_warn_and_keep_the_session(bundle):
     sess = solo(bundle, "Say hello.", 1)
     before = len(sess.main.trace.steps)
     with pytest.warns(UserWarning, match="prompt is empty"):
-        out = app.on_step(sess, "   ", *ui())
-    assert all(isinstance(o, type(app.gr.skip())) for o in out)
+        out = handlers.on_step(sess, "   ", *ui())
+    assert list(out) == list(handlers.LIVE) and all(isinstance(o, SKIP) for o in out.values())
     with pytest.warns(UserWarning, match="Depth must be a whole number"):
-        app.on_step(sess, "Say hello.", *ui(depth=2.5))
+        handlers.on_step(sess, "Say hello.", *ui(depth=2.5))
     with pytest.warns(UserWarning, match="depth must be an integer in"):
-        app.on_step(sess, "Say hello.", *ui(depth=0))
+        handlers.on_step(sess, "Say hello.", *ui(depth=0))
     with pytest.warns(UserWarning, match="Shorten it"):
-        app.on_step(sess, "word " * 9000, *ui())              # longer than the model's context
+        handlers.on_step(sess, "word " * 9000, *ui())              # longer than the model's context
     assert len(sess.main.trace.steps) == before and sess.prompt == "Say hello."
-    out = app.on_step(sess, "Say hello.", *ui())             # still usable
-    assert out[0] is sess and len(sess.main.trace.steps) == before + 1
-    sess.apply(app.Settings(**dict(SMALL, max_new_tokens=len(sess.main.generated) + 1)))
+    out = handlers.on_step(sess, "Say hello.", *ui())             # still usable
+    assert out["session"] is sess and len(sess.main.trace.steps) == before + 1
+    sess.apply(Settings(**dict(SMALL, max_new_tokens=len(sess.main.generated) + 1)))
     while not sess.finished:
         sess.tick()
     with pytest.warns(UserWarning, match="has finished"):
-        app.on_step(sess, "Say hello.", *ui())
+        handlers.on_step(sess, "Say hello.", *ui())
 
 
 def test_malformed_trace_upload_gives_clear_error_and_keeps_state(tmp_path):
@@ -194,72 +284,77 @@ def test_malformed_trace_upload_gives_clear_error_and_keeps_state(tmp_path):
     broken.write_text(json.dumps({"schema": "eagle2-viz/trace/v1", "meta": {}, "steps": [{"cycle": 0}]}))
     for path, msg in ((bad_json, "not valid JSON"), (other, "not an eagle2-viz trace"), (broken, "malformed")):
         with pytest.warns(UserWarning, match=msg):
-            out = app.on_replay_load(None, str(path), 0, "path value", False)
-        assert len(out) == 2 + app.N_DASH
-        assert all(isinstance(o, type(app.gr.skip())) for o in out)        # nothing replaced
-    traces = app.shipped_traces()
+            out = handlers.on_replay_load(None, str(path), 0, "path value", False)
+        assert list(out) == list(handlers.REPLAY)
+        assert all(isinstance(o, SKIP) for o in out.values())              # nothing replaced
+    traces = shipped_traces()
     name = next(iter(traces))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = app.on_replay_load(name, None, 0, "path value", False)
-    view = out[0]
-    assert isinstance(view, app.View) and len(view.steps) >= 2
+        out = handlers.on_replay_load(name, None, 0, "path value", False)
+    assert list(out) == list(handlers.REPLAY)
+    view = out["view"]
+    assert isinstance(view, View) and len(view.steps) >= 2
     cyc = view.drafted[0]
-    again = app.on_replay_view(view, cyc, "draft prob", True)
-    assert again[2].layout.title.text.startswith(f"Cycle {cyc} ")
+    again = handlers.on_replay_view(view, cyc, "draft prob", True)
+    assert list(again) == list(DASH)
+    assert again["tree"].layout.title.text.startswith(f"Cycle {cyc} ")
 
 
 def test_export_and_replay_roundtrip(bundle, tmp_path):
     sess = solo(bundle, "Name a fruit.", 2)
-    files = app.on_export("live", sess, None)
+    files = handlers.on_export("live", sess, None)
     assert [Path(f).suffix for f in files] == [".json", ".csv", ".html"]
-    tr = Trace.load(files[0])
-    v = app.View.from_trace(tr, "x")
+    by_ext = {Path(f).suffix: Path(f) for f in files}
+    tr = Trace.load(by_ext[".json"])
+    v = View.from_trace(tr, "x")
     assert [s["role"] for s in v.series] == ["main", "compare", "plain"] and set(v.previews) == {1, 2}
-    assert Path(files[1]).read_text().splitlines()[0].startswith("cycle,policy,accepted")
-    assert "draft nodes" in Path(files[2]).read_text()
-    ex = app.on_explain("Replay trace", None, v, 2, None)
-    assert ex[1].value == "Expand level 1" and "Expansion level 1" in ex[3]
-    ex = app.on_explain("Replay trace", None, v, 2, "Expand level 1", move=-1)
-    assert ex[1].value == "Expand level 1"
-    last = app.on_explain("Replay trace", None, v, 2, "Verify", move=1)
-    assert last[1].value == "Accept" and "Acceptance" in last[3]
+    assert by_ext[".csv"].read_text().splitlines()[0].startswith("cycle,policy,accepted")
+    assert "draft nodes" in by_ext[".html"].read_text()
+    ex = handlers.on_explain("Replay trace", None, v, 2, None)
+    assert list(ex) == list(handlers.EXPLAIN)
+    assert ex["phase"].value == "Expand level 1" and "Expansion level 1" in ex["text"]
+    ex = handlers.on_explain("Replay trace", None, v, 2, "Expand level 1", move=-1)
+    assert ex["phase"].value == "Expand level 1"
+    last = handlers.on_explain("Replay trace", None, v, 2, "Verify", move=1)
+    assert last["phase"].value == "Accept" and "Acceptance" in last["text"]
 
 
 def test_cuda_without_gpu_falls_back_to_cpu_with_a_warning(monkeypatch):
-    import eagle2.loading as loading
+    import eagle2.model.loading as loading
     calls = []
 
     def fake_load(target=None, head=None, device="cpu", dtype=None):
         calls.append(device)
         if device.startswith("cuda"):
-            raise app.UserError("CUDA was requested but no GPU is available here: use --device cpu.")
+            raise UserError("CUDA was requested but no GPU is available here: use --device cpu.")
         return fake
 
     fake = SimpleNamespace(token_texts=lambda ids: ["x"] * len(ids))
     monkeypatch.setattr(loading, "load_bundle", fake_load)
-    holder = app.ModelHolder()
+    holder = ModelHolder()
     holder.start(device="cuda")
     assert holder.get(timeout=30) is fake and calls == ["cuda", "cpu"]
     assert "no GPU" in holder.warning and "CPU instead" in holder.warning
-    failing = app.ModelHolder()
-    monkeypatch.setattr(loading, "load_bundle", lambda **kw: (_ for _ in ()).throw(app.UserError("no weights")))
+    failing = ModelHolder()
+    monkeypatch.setattr(loading, "load_bundle", lambda **kw: (_ for _ in ()).throw(UserError("no weights")))
     failing.start()
-    with pytest.raises(app.UserError, match="could not be loaded: no weights"):
+    with pytest.raises(UserError, match="could not be loaded: no weights"):
         failing.get(timeout=30)
     assert "failed to load" in failing.info_md()
 
 
 def test_run_streams_until_stop_or_the_end(bundle):
-    gen = app.on_run(None, "Say hello.", *ui(max_new_tokens=5))
+    gen = handlers.on_run(None, "Say hello.", *ui(max_new_tokens=5))
     first = next(gen)
-    sess = first[0]
-    assert "cycle 1" in first[1]
-    app.on_stop(sess)                       # Stop: the run ends after the cycle in progress
+    assert list(first) == list(handlers.LIVE)
+    sess = first["session"]
+    assert "cycle 1" in first["status"]
+    handlers.on_stop(sess)                  # Stop: the run ends after the cycle in progress
     rest = list(gen)
     assert len(rest) <= 1 and not sess.finished
     n = len(sess.main.trace.steps)
-    outs = list(app.on_run(sess, "Say hello.", *ui(max_new_tokens=5)))   # Run again: to the end
+    outs = list(handlers.on_run(sess, "Say hello.", *ui(max_new_tokens=5)))   # Run again: to the end
     assert sess.finished == "max_new_tokens" and len(sess.main.generated) == 5
     assert len(outs) == len(sess.main.trace.steps) - n                   # one update per cycle
-    assert "finished" in outs[-1][1]
+    assert "finished" in outs[-1]["status"]

@@ -1,9 +1,10 @@
-"""The benchmark CLI end to end on the real default model (tiny run): summary, CSV and report,
+"""The benchmark CLI end to end on the real default model (tiny run): summary, CSV and the report viz renders,
 speedups relative to plain from the same run, greedy identity re-checked, clear input errors."""
 import csv
 import json
 
-from eagle2.cli import main as cli_main
+from eagle2.tools.cli import main as cli_main
+from viz.report import main as report_main
 
 
 def write_prompts(path, rows):
@@ -31,6 +32,8 @@ def test_bench_writes_summary_csv_and_report(tmp_path):
     assert set(s["by_category"]) == {"math", "writing"} and s["device"].startswith("cpu")
     rows = list(csv.DictReader(open(out / "per_prompt.csv")))
     assert len(rows) == 2 * 4 and {r["policy"] for r in rows} == set(s["policies"])
+    assert not (out / "report.html").exists()  # the engine writes numbers only
+    assert report_main([str(out)]) == 0
     html = (out / "report.html").read_text()
     assert "Speedup over plain" in html and "top_k = 2" in html
 
@@ -44,28 +47,30 @@ def test_bench_rejects_a_malformed_prompt_file(tmp_path, capsys):
 
 
 def test_bench_auto_budget_rows(tmp_path, capsys):
-    """--total-tokens auto: eagle2 chooses N and depth per cycle, eagle2-auto-n only N; both lossless."""
+    """The auto budget: eagle2-auto chooses N and depth per cycle, eagle2-auto-n only N; both lossless."""
     prompts = tmp_path / "p.jsonl"
     write_prompts(prompts, [{"question_id": 1, "category": "writing", "turns": ["Write one line about rain."]}])
     out = tmp_path / "out"
-    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2,eagle2-auto-n", "--max-new-tokens",
-                   "16", "--total-tokens", "auto", "--out", str(out)])
+    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2-auto,eagle2-auto-n", "--max-new-tokens",
+                   "16", "--out", str(out)])
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
-    assert set(s["policies"]) == {"plain", "eagle2", "eagle2-auto-n"}
+    assert set(s["policies"]) == {"plain", "eagle2-auto", "eagle2-auto-n"}
     assert all(p["identical_to_plain"] == 1.0 for p in s["policies"].values())
     assert s["verify_profile_s"] and s["packed_weights"] is True
-    for name in ("eagle2", "eagle2-auto-n"):  # what the budget chose, and where the time went
+    for name in ("eagle2-auto", "eagle2-auto-n"):  # what the budget chose, and where the time went
         p = s["policies"][name]
         assert sum(p["auto_n"].values()) == p["target_forwards"] - 1  # every cycle after the prefill
         assert 1 <= p["auto_mean_n"] <= 64 and 0 < p["draft_share"] < 1
         assert p["draft_ms_per_cycle"] > 0 and p["verify_ms_per_cycle"] > 0
     assert "draft_share" not in s["policies"]["plain"]
-    # the app's name for the same budget: eagle2-auto, capped by an integer --total-tokens
+    assert s["policies"]["eagle2-auto-n"]["auto_levels"] == {"5": s["policies"]["eagle2-auto-n"]["target_forwards"] - 1}
+    # capped by --total-tokens: N never exceeds the cap
     out2 = tmp_path / "out2"
     assert cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2-auto", "--max-new-tokens", "16",
                      "--total-tokens", "12", "--out", str(out2)]) == 0
     s2 = json.loads((out2 / "summary.json").read_text())
     assert s2["policies"]["eagle2-auto"]["identical_to_plain"] == 1.0 and s2["verify_profile_s"]
-    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2-auto-n", "--out", str(out)])
-    assert rc == 2 and "needs --total-tokens auto" in capsys.readouterr().err
+    assert max(map(int, s2["policies"]["eagle2-auto"]["auto_n"])) <= 12
+    rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2,no-such-policy", "--out", str(out)])
+    assert rc == 2 and "Unknown policy 'no-such-policy'" in capsys.readouterr().err

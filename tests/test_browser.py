@@ -1,87 +1,41 @@
 """Real-browser test: Debian's Chromium driven by Playwright (pip; never `playwright install`)
-against `python app.py` on a free localhost port. Screenshots go to test-artifacts/ (gitignored);
-the live one is also copied to docs/screenshot.png for the README."""
+against `python app.py` on a free localhost port, both started by ui/screenshot.py's functions.
+Screenshots and the server log go to test-artifacts/ (gitignored) only; `python -m ui.screenshot`
+refreshes the README's docs/screenshot.png."""
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from ui.screenshot import chromium, open_page, serve_app, step, wait_model_ready, wait_status
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1600, "height": 1000}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server():
-    port = free_port()
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "app-server.log", "w")
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.time() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"app.py exited with {proc.returncode}; see {ARTIFACTS / 'app-server.log'}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                pytest.fail("app.py did not start serving within 120 s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+        with serve_app(ARTIFACTS / "app-server.log") as url:
+            yield url
+    except RuntimeError as e:   # app.py exited or never answered
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: install Debian's chromium (apt-get install chromium); "
-                    f"tests/run.sh does it.")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    try:
+        with chromium() as b:
+            yield b
+    except RuntimeError as e:   # no Chromium
+        pytest.fail(str(e))
 
 
 @pytest.fixture
 def page(browser, server):
-    ctx = browser.new_context(viewport=VIEWPORT)
-    pg = ctx.new_page()
-    pg.set_default_timeout(60_000)
-    pg.goto(server)
-    pg.wait_for_selector("#live-tree .js-plotly-plot", state="attached")
+    ctx, pg = open_page(browser, server, **VIEWPORT)
     yield pg
     ctx.close()
 
@@ -101,11 +55,6 @@ def plot_traces(page, elem_id: str) -> dict:
 def plot_title(page, elem_id: str) -> str:
     return page.evaluate("""(id) => { const el = document.querySelector('#' + id + ' .js-plotly-plot');
         const t = el && el.layout && el.layout.title; return t ? (t.text || '') : ''; }""", elem_id)
-
-
-def wait_status(page, text: str, timeout=180_000):
-    page.wait_for_function("(t) => (document.querySelector('#live-status')||{}).innerText?.includes(t)", arg=text,
-                           timeout=timeout)
 
 
 def test_replay_of_a_shipped_trace(page):
@@ -142,19 +91,10 @@ def test_errors_show_warnings_and_keep_the_page(page, tmp_path):
 
 
 def test_step_three_times(page):
-    page.wait_for_function("() => document.querySelector('#modelinfo').innerText.includes('ready')",
-                           timeout=180_000)
-    page.locator("#prompt textarea").fill("Write a haiku about the sea.")
-    counts = []
-    for i in range(1, 4):
-        page.locator("#step-btn").click()
-        wait_status(page, f"cycle {i} ·")
-        page.wait_for_function("(n) => document.querySelectorAll('#live-tokens .tok').length > n",
-                               arg=counts[-1] if counts else 0)
-        counts.append(page.locator("#live-tokens .tok").count())
+    wait_model_ready(page)
+    counts = step(page, "Write a haiku about the sea.", 3)                   # each step drawn before the next
     assert counts[0] < counts[1] < counts[2], counts                         # the token stream grew
-    page.wait_for_function("() => { const el = document.querySelector('#live-tree .js-plotly-plot');"
-                           " return el && el.layout.title.text.startsWith('Cycle 3 '); }")
+    wait_status(page, "cycle 3 ·")
     tree = plot_traces(page, "live-tree")
     assert tree["draft nodes"] >= 20, tree                                   # N=60 by default
     assert tree["accepted path"] >= 2 and tree["bonus token"] == 1, tree     # highlighted path + bonus
@@ -167,8 +107,5 @@ def test_step_three_times(page):
     titles = page.locator("#live-tokens .tok").first.get_attribute("title")
     assert titles.startswith("cycle 0")
     page.wait_for_timeout(500)
-    shot = ARTIFACTS / "live-step3.png"
-    page.screenshot(path=str(shot))
+    page.screenshot(path=str(ARTIFACTS / "live-step3.png"))
     page.screenshot(path=str(ARTIFACTS / "live-step3-full.png"), full_page=True)
-    (ROOT / "docs").mkdir(exist_ok=True)
-    shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")

@@ -1,4 +1,4 @@
-"""The hardware-aware budget (eagle2/budget.py, algorithms.md section 9).
+"""The hardware-aware budget (eagle2/policies/auto.py, docs/algorithms.md §9).
 
 1. best_rate picks the N that maximises (1 + sum of the N-1 best values) / (spent + t(N)).
 2. Adaptive depth follows the costs: when verification dwarfs a draft call it drafts every
@@ -14,9 +14,9 @@ from collections import Counter
 
 import numpy as np
 
-from eagle2.budget import AutoBudgetPolicy, best_rate
-from eagle2.decoder import Decoder
-from eagle2.sampling import SamplingParams
+from eagle2.policies.auto import AutoBudgetPolicy, best_rate
+from eagle2.cycle.decoder import Decoder
+from eagle2.cycle.sampling import SamplingParams
 
 from test_lossless import ALPHA, SPROMPT, SV, chi_square, exact_joint, sampling_setup  # noqa: F401 (fixture)
 
@@ -33,18 +33,18 @@ def test_best_rate_is_the_argmax_of_expected_tokens_per_second():
 
 def auto(profile: dict, **kw) -> AutoBudgetPolicy:
     p = AutoBudgetPolicy(profile=profile, depth=kw.pop("depth", 3), top_k=kw.pop("top_k", 3),
-                         max_tokens=kw.pop("max_tokens", 8), **kw)
+                         total_tokens=kw.pop("total_tokens", 8), **kw)
     p.validate()
     return p
 
 
 def test_adaptive_depth_follows_costs(tiny_target):
-    from eagle2.loading import load_bundle
+    from eagle2.model.loading import load_bundle
     folder, _ = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
     bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
-    # max_tokens 64 > the whole pool (30 nodes), so every drafted node can be verified
-    slow_verify = auto({1: 10.0, 64: 10.0}, max_tokens=64)   # a draft call is nothing next to a verification
-    cheap_verify = auto({1: 1e-7, 64: 1e-7}, max_tokens=64)  # a draft call costs far more than it returns
+    # total_tokens 64 > the whole pool (30 nodes), so every drafted node can be verified
+    slow_verify = auto({1: 10.0, 64: 10.0}, total_tokens=64)   # a draft call is nothing next to a verification
+    cheap_verify = auto({1: 1e-7, 64: 1e-7}, total_tokens=64)  # a draft call costs far more than it returns
     for pol in (slow_verify, cheap_verify):
         dec = Decoder(bundle, pol, max_new_tokens=24, record=False)
         dec.start(input_ids=SPROMPT)
@@ -56,13 +56,13 @@ def test_adaptive_depth_follows_costs(tiny_target):
 
 def test_greedy_identity_real_model(real_bundle):
     from test_lossless import PROMPTS
-    from eagle2.budget import verify_profile
+    from eagle2.model.timing import verify_profile
     prof = verify_profile(real_bundle)
     for p in PROMPTS[:2]:
         ref = Decoder(real_bundle, "plain", max_new_tokens=48, record=False)
         ref.start(p["prompt"], raw=p.get("raw", False))
         ref.generate()
-        dec = Decoder(real_bundle, auto(prof, depth=5, top_k=10, max_tokens=32), max_new_tokens=48, record=False)
+        dec = Decoder(real_bundle, auto(prof, depth=5, top_k=10, total_tokens=32), max_new_tokens=48, record=False)
         dec.start(p["prompt"], raw=p.get("raw", False))
         dec.generate()
         assert dec.generated == ref.generated
@@ -73,7 +73,7 @@ def test_sampling_first_tokens_match_target(sampling_setup):
     sp = SamplingParams(temperature=1.0, top_p=1.0, seed=0)
     P = exact_joint(logits, sp)
     # verification is cheap next to nothing here, so the budget keeps several nodes per cycle
-    pol = auto({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, depth=2, max_tokens=6)
+    pol = auto({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, depth=2, total_tokens=6)
     dec = Decoder(bundle, pol, sampling=sp, max_new_tokens=3, record=False)
     runs, counts, accepted = 1500, Counter(), 0
     for seed in range(runs):

@@ -1,7 +1,7 @@
 """`python -m eagle2 generate` on bad input: exit code 2 and one clear "error: ..." line on stderr,
 never a traceback; and the --json summary on good input.
 
-Most cases call eagle2.cli.main in-process on a tiny random model folder (fast); a few go through
+Most cases call eagle2.tools.cli.main in-process on a tiny random model folder (fast); a few go through
 a real `python -m eagle2` subprocess to check what a user actually sees.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle2.cli import main
+from eagle2.tools.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 JSON_KEYS = {"policy", "text", "token_ids", "new_tokens", "target_forwards", "tau", "wall_s", "tokens_per_s"}
@@ -111,7 +111,7 @@ def test_json_summary_in_process(capsys, tiny, tmp_path):
     assert JSON_KEYS <= set(s)
     assert s["policy"] == "eagle2" and s["new_tokens"] == len(s["token_ids"]) == 6
     assert s["target_forwards"] >= 1 and s["tau"] == pytest.approx(6 / s["target_forwards"])
-    from eagle2.trace import Trace
+    from eagle2.cycle.trace import Trace
     t = Trace.load(trace)
     assert sum(len(st.new_tokens) for st in t.steps) == 6
     assert [tok for st in t.steps for tok in st.new_tokens] == s["token_ids"]

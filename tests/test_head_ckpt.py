@@ -1,8 +1,8 @@
-"""EAGLE head checkpoints in the official layout (algorithms.md section 1).
+"""EAGLE head checkpoints in the official layout (docs/algorithms.md §1).
 
 Synthetic checkpoints are written for each layout variant (fc with / without bias, Qwen2 q/k/v
 biases, pytorch_model.bin, reduced vocabulary with d2t and optionally its own LM head, no stored
-embedding); eagle2.head.load_head must return exactly those tensors, the head's maths must equal a
+embedding); eagle2.model.head.load_head must return exactly those tensors, the head's maths must equal a
 transformers LlamaDecoderLayer with an identity input norm, save_head -> load_head must round-trip,
 and corrupt or mismatched checkpoints must raise UserError with a clear message.
 """
@@ -17,11 +17,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eagle2.decoder import Decoder
+from eagle2.cycle.decoder import Decoder
 from eagle2.errors import UserError
-from eagle2.head import EagleHead, load_head, save_head
-from eagle2.llama import LlamaArgs
-from eagle2.loading import load_bundle
+from eagle2.model.head import EagleHead, load_head, save_head
+from eagle2.model.llama import LlamaArgs
+from eagle2.model.loading import load_bundle
 
 H, V, HEADS, KV, INTER = 64, 97, 4, 2, 128
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle2.decoder import Decoder
-from eagle2.weights import ASSETS, PRESETS
+from eagle2.cycle.decoder import Decoder
+from eagle2.model.weights import ASSETS, PRESETS
 
 HEAD = Path(PRESETS["smollm2-135m"].head)
 

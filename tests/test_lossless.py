@@ -1,4 +1,4 @@
-"""Losslessness (algorithms.md section 7).
+"""Losslessness (docs/algorithms.md §7).
 
 (a) Greedy: static and EAGLE-2 decoding emit exactly plain greedy decoding's token ids on the real
     default model, 5 varied prompts x 64 new tokens, with the bundle's default head (whatever it
@@ -20,10 +20,10 @@ import pytest
 import torch
 from scipy import stats
 
-from eagle2.decoder import Decoder
-from eagle2.loading import load_bundle
-from eagle2.sampling import SamplingParams, probs_from_logits
-from eagle2 import verify as V
+from eagle2.cycle.decoder import Decoder
+from eagle2.model.loading import load_bundle
+from eagle2.cycle.sampling import SamplingParams, probs_from_logits
+from eagle2.cycle import verify as V
 
 ALPHA = 1e-3  # false-alarm rate of each chi-square test
 

@@ -1,6 +1,6 @@
 """The lean target model against transformers, and KV-cache commits against a fresh prefill.
 
-1. Our LlamaModel (loaded with eagle2.loading.load_target from a save_pretrained folder) gives
+1. Our LlamaModel (loaded with eagle2.model.loading.load_target from a save_pretrained folder) gives
    transformers' logits (fp32, max abs diff < 1e-4) for a prefill and for tree steps after several
    commits: each tree node's logits equal transformers run on committed prefix + ancestor path.
    Variants: Llama with GQA (untied and tied embeddings), Qwen2 (q/k/v biases), RoPE scaling
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 import torch
 
-from eagle2.decoder import Decoder
-from eagle2.loading import load_bundle, load_target
-from eagle2.tree import DraftTree, layout
+from eagle2.cycle.decoder import Decoder
+from eagle2.cycle.layout import layout
+from eagle2.cycle.tree import DraftTree
+from eagle2.model.loading import load_bundle, load_target
+from eagle2.policies.base import TreePolicy
 
 ATOL = 1e-4
 
@@ -126,7 +129,7 @@ def test_target_matches_transformers(tiny_target, variant):
 
 def test_rope_scaling_is_applied(tiny_target):
     """The scaled variants really differ from default RoPE (so the tests above cover scaling)."""
-    from eagle2.llama import LlamaArgs, rope_tables
+    from eagle2.model.llama import LlamaArgs, rope_tables
     import json
     tables = {}
     for v in ("llama-gqa-untied", "rope-llama3", "rope-linear", "rope-yarn"):
@@ -162,19 +165,15 @@ def test_real_model_prefill_matches_transformers(real_bundle, real_folder):
 # ------------------------------------------------------------------------------- KV commit
 
 @dataclass
-class OraclePolicy:
+class OraclePolicy(TreePolicy):
     """A test policy that knows the greedy continuation: each tree holds the next 3 correct tokens
     as a chain below the root, placed among distractor siblings (and a distractor subtree), so every
     cycle accepts 3 nodes whose verify slots are not contiguous."""
     seq: list            # the plain greedy continuation (generated tokens)
     dec: object = None
     vocab: int = 0
-    name: str = "oracle"
     total_tokens: int = 12
-    sampled_drafts = False
-
-    def validate(self):
-        pass
+    name: ClassVar[str] = "oracle"
 
     def draft(self, runner, root):
         n = len(self.dec.generated)

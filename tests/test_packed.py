@@ -14,8 +14,8 @@ import json
 import torch
 import torch.nn.functional as F
 
-from eagle2.llama import Linear, PackedWeight, linear
-from eagle2.loading import load_bundle
+from eagle2.model.llama import Linear, PackedWeight, linear
+from eagle2.model.loading import load_bundle
 
 
 def test_packed_equals_plain_for_all_row_counts():
@@ -82,7 +82,7 @@ def test_bundle_is_packed_and_matches_unpacked(tiny_target):
 
 
 def test_profile_cli_compares_packed_and_plain(tiny_target, tmp_path):
-    from eagle2.profile import main as profile_main
+    from eagle2.tools.profile import main as profile_main
     folder, _ = tiny_target("packed", vocab=64, lm_std=0.4)
     out = tmp_path / "profile.json"
     assert profile_main(["--target", str(folder), "--head", "random", "--threads", "1", "--compare-pack",

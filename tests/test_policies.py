@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eagle2 import verify as V  # noqa: E402
-from eagle2.decoder import Decoder  # noqa: E402
+from eagle2.cycle import verify as V  # noqa: E402
+from eagle2.cycle.decoder import Decoder  # noqa: E402
 from eagle2.errors import UserError  # noqa: E402
-from eagle2.policies import make_policy  # noqa: E402
-from eagle2.sampling import SamplingParams, probs_from_logits  # noqa: E402
+from eagle2.policies.registry import make_policy  # noqa: E402
+from eagle2.cycle.sampling import SamplingParams, probs_from_logits  # noqa: E402
 
 ALPHA = 1e-3  # false-alarm rate of every statistical test in this file
 
@@ -41,7 +41,7 @@ ALPHA = 1e-3  # false-alarm rate of every statistical test in this file
 def tiny(tiny_target):
     """(bundle, hf_model) for a 6-token-vocabulary random 1-layer target with a random EAGLE head
     (conftest's builder: every parameter randomised, word-level tokenizer)."""
-    from eagle2.loading import load_bundle
+    from eagle2.model.loading import load_bundle
     folder, hf = tiny_target("policies-v6", vocab=6, hidden=32, layers=1, heads=2, kv_heads=1, inter=64,
                              weight_std=0.3)
     return load_bundle(str(folder), "random"), hf
@@ -54,7 +54,7 @@ def real(request):
     try:
         b = request.getfixturevalue("real_bundle")
     except pytest.FixtureLookupError:
-        from eagle2.loading import load_bundle
+        from eagle2.model.loading import load_bundle
         b = load_bundle()
     refs = {}
 
@@ -167,7 +167,7 @@ def _chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
 
 def _reduced_vocab_bundle(b, ids: list[int]):
     """The same target with a random head whose LM head covers only `ids` (d2t-style)."""
-    from eagle2.head import EagleHead
+    from eagle2.model.head import EagleHead
     torch.manual_seed(1)
     h = EagleHead(b.target.args, draft_vocab=torch.tensor(ids)).float().eval()
     h.embed_tokens.weight = torch.nn.Parameter(b.target.embed_tokens.weight.detach(), requires_grad=False)
@@ -224,18 +224,18 @@ def test_ddd_records_beam_mass_and_stops(tiny):
     for seed in range(6):
         d = _run(b, "ddd", SamplingParams(temperature=1.0, seed=seed), [1, 2, 3], 12, record=True, **kw)
         for st in d.trace.steps[1:]:
-            t, dd = st.tree, st.tree.extra["ddd"]
-            assert dd["threshold"] == -1.3 and dd["check_levels"] == [2] and dd["max_depth"] == 3
-            assert len(t.extra["beam_mass"]) >= 2
-            for c in dd["checks"]:
+            t, dd = st.tree, st.tree.record
+            assert dd.threshold == -1.3 and dd.check_levels == [2] and dd.max_depth == 3
+            assert len(t.beam_mass) >= 2
+            for c in dd.checks:
                 assert c["stop"] == (c["beam_mass"] < -1.3)
-                assert math.isclose(c["beam_mass"], t.extra["beam_mass"][c["level"] - 1], abs_tol=1e-5)
+                assert math.isclose(c["beam_mass"], t.beam_mass[c["level"] - 1], abs_tol=1e-5)
                 decisions.add(c["stop"])
             deepest = max(t.levels)
-            if dd["stopped_at"] is not None:
-                assert deepest == dd["stopped_at"] - 1 and dd["draft_calls"] == dd["stopped_at"]
+            if dd.stopped_at is not None:
+                assert deepest == dd.stopped_at - 1 and t.draft_calls == dd.stopped_at
             else:
-                assert deepest == 3 and dd["draft_calls"] == 4
+                assert deepest == 3 and t.draft_calls == 4
             json.dumps(t.to_dict())  # the app's trace stays serialisable
     assert decisions == {True, False}
 
@@ -256,9 +256,8 @@ def test_dyspec_tree_records(tiny):
                 assert [t.ranks[j] for j in ch] == list(range(len(ch)))  # ranks = drawing order
                 if sp.greedy:  # deterministic: siblings are the head's top tokens in order
                     assert [t.logp[j] for j in ch] == sorted((t.logp[j] for j in ch), reverse=True)
-            ex = t.extra
-            assert ex["sampled_drafts"] == (not sp.greedy) and ex["dyspec"]["greedy"] == sp.greedy
-            assert len(ex["dyspec"]["slot_value"]) == n
+            assert t.sampled_drafts == (not sp.greedy) and t.record.greedy == sp.greedy
+            assert len(t.record.slot_value) == n
             if not sp.greedy:
                 parents = {t.parents[i] for i in range(1, n)}
                 assert set(t.draft_dists) == parents
@@ -295,7 +294,7 @@ def test_dyspec_greedy_heap_is_best_first(budget):
     with the paper's keys every node still has a value no larger than its parent's and the budget
     is filled."""
     from itertools import product
-    from eagle2.policy_dyspec import DySpecPolicy
+    from eagle2.policies.dyspec import DySpecPolicy
     r = _FakeRunner()
     t = DySpecPolicy(total_tokens=budget + 1, depth=3).draft(_FakeRunner(), root=0)
     assert len(t.tokens) == budget + 1
@@ -316,12 +315,13 @@ def test_dyspec_greedy_heap_is_best_first(budget):
 
 
 def test_dyspec_survives_a_diverging_head():
-    from eagle2.policy_dyspec import DySpecPolicy
+    from eagle2.policies.dyspec import DySpecPolicy
     for sp in (SamplingParams(), SamplingParams(temperature=1.0)):
         r = _FakeRunner(bad=2, sp=sp)
         t = DySpecPolicy(total_tokens=30, depth=4).draft(r, root=0)
         assert len(t.tokens) == 30
-        for n in t.extra["nonfinite_draft_nodes"]:
+        assert t.record.nonfinite_draft_nodes
+        for n in t.record.nonfinite_draft_nodes:
             assert t.tokens[n] == 2 and n not in t.parents  # no children under a NaN distribution
         if not sp.greedy:
             assert all(torch.isfinite(q).all() for q in t.draft_dists.values())
@@ -337,7 +337,7 @@ def test_dyspec_draws_are_reproducible(tiny):
 
 # ------------------------------------------------------------------------------------ LANTERN
 def test_knn_index_handmade():
-    from eagle2.policy_lantern import knn_index
+    from eagle2.policies.lantern import knn_index
     # points on a line at 0, 1, 3, 7, 15: L2 neighbours are known by hand
     E = torch.tensor([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0], [7.0, 0.0], [15.0, 0.0]])
     want = [[1, 2, 3], [0, 2, 3], [1, 0, 3], [2, 1, 0], [3, 2, 1]]
@@ -366,14 +366,15 @@ def test_knn_index_handmade():
 
 def test_neighbour_cache(tmp_cache):
     from types import SimpleNamespace
-    from eagle2.policy_lantern import knn_index, neighbours_for
+    from eagle2.policies.lantern import knn_index, neighbours_for
     E = torch.randn(50, 8, generator=torch.Generator().manual_seed(1))
-    fake = SimpleNamespace(name="fake model/1", target=SimpleNamespace(embed_tokens=SimpleNamespace(weight=E)))
+    fake = SimpleNamespace(name="fake model/1", target=SimpleNamespace(embed_tokens=SimpleNamespace(weight=E)),
+                           derived={})
     a = neighbours_for(fake, 6, "cosine")
     files = list((tmp_cache / "lantern").glob("*.safetensors"))
     assert len(files) == 1 and "cosine-k6" in files[0].name and "fake-model-1-50x8" in files[0].name
     assert torch.equal(a, knn_index(E, 6, "cosine"))
-    fresh = SimpleNamespace(name="fake model/1", target=fake.target)  # new process: from disk
+    fresh = SimpleNamespace(name="fake model/1", target=fake.target, derived={})  # new process: from disk
     assert torch.equal(neighbours_for(fresh, 4, "cosine"), a[:, :4])    # smaller k from the k=6 file
     assert len(list((tmp_cache / "lantern").glob("*.safetensors"))) == 1
     neighbours_for(fresh, 4, "l2")                                       # another metric: another key
@@ -445,10 +446,10 @@ def test_lantern_exact_when_lambda_1(tiny, tmp_cache):
             assert d.generated == ref
             assert d.summary()["lossy"] is False  # nothing moved: not reported as lossy
             for st in d.trace.steps[1:]:
-                assert st.tree.extra["lossy"] is False
-                rx = st.tree.extra["relaxation"]
-                assert rx["tv_max"] == 0.0 and rx["relaxed_tokens"] == 0
-                assert all(tr["moved"] == [] for e in rx["positions"] for tr in e["trials"])
+                rx = st.tree.record
+                assert rx.lossy is False
+                assert rx.tv_max == 0.0 and rx.relaxed_tokens == 0
+                assert all(tr["moved"] == [] for e in rx.positions for tr in e["trials"])
 
 
 @pytest.mark.parametrize("sp", [SamplingParams(temperature=1.0, seed=5), SamplingParams()], ids=["sampling", "greedy"])
@@ -460,10 +461,10 @@ def test_lantern_steps_within_bound(tiny, tmp_cache, sp):
         d = _run(b, "lantern", dataclasses.replace(sp), prompt, 30, record=True, lam=lam, k=3)
         assert d.summary()["lossy"] is True and d.summary()["policy_stats"]["rule"] == "lantern++"
         for st in d.trace.steps[1:]:
-            rx = st.tree.extra["relaxation"]
-            assert rx["lambda"] == lam and rx["k"] == 3
+            rx = st.tree.record
+            assert rx.lam == lam and rx.k == 3
             json.dumps(st.tree.to_dict())
-            for e in rx["positions"]:
+            for e in rx.positions:
                 if sp.greedy:  # accepted token within a factor lam of the argmax's probability
                     assert e["p_max"] <= lam * e["p"] * (1 + 1e-6)
                     assert e["moved_mass"] <= (lam - 1) * e["p"] * (1 + 1e-6)
@@ -501,7 +502,7 @@ def test_lantern_steps_within_bound(tiny, tmp_cache, sp):
     ("lantern", dict(lam=2.0, delta=0.1), "not both"),
     ("lantern", dict(k=0), r"k \(latent neighbours per token\) must be"),
     ("lantern", dict(metric="dot"), "metric must be one of cosine, l2"),
-    ("lantern", dict(bogus=1), "unexpected keyword"),
+    ("lantern", dict(bogus=1), "has no parameter"),
     ("eagle2", dict(threshold=0.1), "has no parameter"),
 ])
 def test_policy_parameters_validated(name, kw, msg):
@@ -517,11 +518,11 @@ def test_policy_defaults():
     assert lan.lossy and (lan.lam, lan.delta, lan.k, lan.metric) == (5.0, None, 10, "cosine")
     assert make_policy("lantern", delta=0.1).lam is None
     dy = make_policy("dyspec", total_tokens=32)
-    assert dy.total_tokens == 32 and dy.sampled_drafts and not getattr(dy, "lossy", False)
+    assert dy.total_tokens == 32 and not dy.lossy and dy.lossy_note(greedy=False) is None
 
 
 def test_cli(tiny, tmp_cache, capsys):
-    from eagle2.cli import main
+    from eagle2.tools.cli import main
     b, _ = tiny
     folder = str(Path(b.name))
     base = ["generate", "--target", folder, "--head", "random", "--prompt", "w1 w2 w3", "--raw",

@@ -3,10 +3,10 @@ file exactly what its generator writes, and bench --limit spreading over categor
 import json
 from pathlib import Path
 
-from eagle2.bench import spread_over_categories
-from eagle2.prompt_templates import CATEGORIES as CATEGORY_LIST
-from eagle2.prompt_templates import main as templates_main
-from eagle2.selfdistill import read_prompts
+from eagle2.tools.bench import spread_over_categories
+from scripts.prompt_templates import CATEGORIES as CATEGORY_LIST
+from scripts.prompt_templates import main as templates_main
+from eagle2.tools.selfdistill import read_prompts
 
 P = Path(__file__).resolve().parent.parent / "assets" / "prompts"
 CATEGORIES = set(CATEGORY_LIST)
@@ -46,7 +46,7 @@ def test_bench_limit_spreads_over_categories():
 
 
 def test_train_cli_rejects_prompt_files_sharing_ids(tmp_path, capsys):
-    from eagle2.cli import main as cli_main
+    from eagle2.tools.cli import main as cli_main
     f = P / "train.jsonl"
     rc = cli_main(["train", "--out", str(tmp_path / "run"), "--prompts", f"{f},{f}", "--stages", "data"])
     assert rc != 0

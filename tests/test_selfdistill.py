@@ -2,9 +2,9 @@
 rows that finish early and are dropped from the batch (the compaction path)."""
 import torch
 
-from eagle2.loading import load_target
-from eagle2.sampling import SamplingParams
-from eagle2.selfdistill import batched_generate
+from eagle2.model.loading import load_target
+from eagle2.cycle.sampling import SamplingParams
+from eagle2.tools.selfdistill import batched_generate
 
 
 def greedy_one(model, ids, n, eos):

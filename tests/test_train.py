@@ -4,10 +4,10 @@ import json
 
 import torch
 
-from eagle2.head import load_head
-from eagle2.loading import load_target
-from eagle2.train import main as train_main
-from eagle2.weights import resolve_target
+from eagle2.model.head import load_head
+from eagle2.model.loading import load_target
+from eagle2.tools.train import main as train_main
+from eagle2.model.weights import resolve_target
 
 
 def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
@@ -54,11 +54,11 @@ def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
 def test_init_must_be_a_head_folder(tmp_path):
     import pytest
     from eagle2.errors import UserError
-    from eagle2.train import build_parser, train_head
+    from eagle2.tools.train import build_parser, train_head
     a = build_parser().parse_args(["--out", str(tmp_path), "--init", str(tmp_path / "nope")])
     target = load_target(resolve_target("smollm2-135m"), torch.device("cpu"), torch.float32)
     with pytest.raises(UserError, match="head folder"):
-        train_head(a, target, None, [], [], torch.device("cpu"))
+        train_head(a, target, [], [], torch.device("cpu"))
     with pytest.raises(UserError, match="No train feature cache"):
         train_main(["--out", str(tmp_path), "--stages", "train", "--features", str(tmp_path / "none")])
     with pytest.raises(UserError, match="--ttt-steps"):

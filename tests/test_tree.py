@@ -1,4 +1,4 @@
-"""Draft-tree invariants of the static (EAGLE-1) and EAGLE-2 policies (algorithms.md sections 3-4),
+"""Draft-tree invariants of the static (EAGLE-1) and EAGLE-2 policies (docs/algorithms.md §3-4),
 and the verification layout built from a tree.
 
 Trees come from real drafting (a random EAGLE head on a tiny random Llama target) and each node's
@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from eagle2.decoder import Decoder
-from eagle2.drafting import HeadRunner
+from eagle2.cycle.decoder import Decoder
+from eagle2.cycle.drafting import HeadRunner
 from eagle2.errors import UserError
-from eagle2.loading import load_bundle
-from eagle2.policies import EAGLE1_SHAPE, Eagle2Policy, StaticPolicy, make_policy
-from eagle2.tree import DraftTree, layout
+from eagle2.model.loading import load_bundle
+from eagle2.policies.eagle2 import Eagle2Policy
+from eagle2.policies.registry import make_policy
+from eagle2.policies.static import EAGLE1_SHAPE, StaticPolicy
+from eagle2.cycle.layout import layout
+from eagle2.cycle.tree import DraftTree
 
 VOCAB = 97
 
@@ -145,7 +148,7 @@ def test_static_tree_shape(bundle):
         rank_paths = {tuple(tree.ranks[j] for j in path_of(tree, i)) for i in range(1, 26)}
         assert rank_paths == {tuple(p) for p in EAGLE1_SHAPE}
         # D runs once per level on the non-leaf nodes only: root call + 4 levels
-        assert tree.extra["draft_calls"] == 5
+        assert tree.draft_calls == 5
         assert runner.used == 4 + 4 + 1 + 1
 
 
@@ -196,16 +199,16 @@ def test_rerank_synthetic():
     n = len(parents)
     t = DraftTree(tokens=list(range(n)), parents=parents, depths=depths, ranks=[0] * n, logp=[0.0] * n,
                   values=values, levels=[0] * n, kept=[True] + [False] * (n - 1))
-    Eagle2Policy(total_tokens=4).rerank(t)
+    Eagle2Policy(total_tokens=4).keep(t)
     # best 3: node 6 (-0.5), node 1 (-1.0), node 3 (-1.5); closure adds nothing (3's parent is 1)
     assert [i for i in range(n) if t.kept[i]] == [0, 1, 3, 6]
     t.kept = [True] + [False] * (n - 1)
-    Eagle2Policy(total_tokens=5).rerank(t)
+    Eagle2Policy.rerank(t, 5)
     # 4th: value -2.0 tie among nodes 4 (depth 2), 5 (depth 2), 7 (depth 3) -> node 4
     assert [i for i in range(n) if t.kept[i]] == [0, 1, 3, 4, 6]
     t.kept = [True] + [False] * (n - 1)
     t.values[7] = -0.1  # a deep node better than its ancestors: closure must add 5 and 2
-    Eagle2Policy(total_tokens=2).rerank(t)
+    Eagle2Policy(total_tokens=2).keep(t)
     assert [i for i in range(n) if t.kept[i]] == [0, 2, 5, 7]
 
 

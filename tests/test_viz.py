@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import viz
-from eagle2.trace import StepTrace, Trace
-from eagle2.tree import DraftTree
+from eagle2.cycle.trace import StepTrace, Trace
+from eagle2.cycle.records import DDDRecord, DySpecRecord, RelaxationRecord
+from eagle2.cycle.tree import DraftTree
 from viz.charts import series, speedup_series, wall_at
 from viz.tables import COLUMNS
 from viz.tree_graph import BONUS, layout, tree_graph
@@ -43,7 +44,7 @@ def make_tree(accepted: list[int]) -> DraftTree:
         kept=[p[5] for p in POOL], order=list(range(n)),
         target_prob=[TARGET_P.get(i) for i in range(n)],
         accepted=[i == 0 or i in accepted for i in range(n)],
-        extra={"beam": [[1, 2, 3], [4, 6]], "beam_mass": [LN(.95), LN(.57)], "draft_calls": 3})
+        beam=[[1, 2, 3], [4, 6]], beam_mass=[LN(.95), LN(.57)], draft_calls=3)
 
 
 def make_steps() -> list[StepTrace]:
@@ -166,7 +167,7 @@ def _random_tree(seed=0, k=10, depth=5, n_keep=60):
     kept = [i == 0 or i in keep for i in range(n)]
     tree = DraftTree(tokens=list(range(n)), parents=parents, depths=depths, ranks=ranks, logp=logp, values=values,
                      levels=levels, kept=kept, order=list(range(n)), target_prob=[None] * n,
-                     accepted=[i == 0 for i in range(n)], extra={})
+                     accepted=[i == 0 for i in range(n)])
     return StepTrace(cycle=1, policy="eagle2", new_tokens=[5], new_texts=["x"], accepted_len=0, bonus=5,
                      timings={}, cumulative={}, tree=tree, tree_texts=[f"tok{i}" for i in range(n)],
                      accepted_path=[])
@@ -256,8 +257,11 @@ def test_series_speedup_and_metrics(steps):
     slow = dict(main, tokens=[1, 20], wall_s=[.5, 20.0], forwards=[1, 8])
     plain20 = dict(plain, tokens=list(range(1, 21)), wall_s=[.5 * i for i in range(1, 21)],
                    forwards=list(range(1, 21)))
-    assert "Slower than plain" in viz.metrics_html(viz.metrics(slow, [plain20]))
-    assert "Slower than plain" not in viz.metrics_html(viz.metrics(dict(slow, label="eagle2-auto"), [plain20]))
+    assert "Slower than plain" not in viz.metrics_html(viz.metrics(slow, [plain20]))  # nothing to suggest
+    assert "Slower than plain" in viz.metrics_html(viz.metrics(slow, [plain20]), suggest="auto-x")
+    assert "<b>auto-x</b>" in viz.metrics_html(viz.metrics(slow, [plain20]), suggest="auto-x")
+    assert "Slower than plain" not in viz.metrics_html(viz.metrics(dict(slow, label="auto-x"), [plain20]),
+                                                       suggest="auto-x")
     fig = viz.speedup_chart(main, [plain])
     assert list(fig.data[0].y) == pytest.approx(ys)
     race = viz.race_chart([main, plain])
@@ -339,7 +343,7 @@ def test_shipped_traces_replay():
 def test_policy_specific_explanations_and_lossy_label(steps):
     import copy
     st = copy.deepcopy(steps[1])
-    st.tree.extra["relaxation"] = {"rule": "LANTERN++", "relaxed_tokens": 1, "tv_max": 0.125}
+    st.tree.record = RelaxationRecord(rule="LANTERN++", relaxed_tokens=1, tv_max=0.125)
     lo = viz.lossy_summary([steps[0], st])
     assert lo == {"rule": "LANTERN++", "cycles": 1, "relaxed_tokens": 1, "max_shift": 0.125}
     assert viz.lossy_summary(steps) is None
@@ -347,9 +351,9 @@ def test_policy_specific_explanations_and_lossy_label(steps):
     assert "LOSSY" in html and "1 relaxed tokens" in html and "0.125" in html
     assert "**Lossy:**" in viz.explain_text(st, "accept") and "0.125" in viz.explain_text(st, "accept")
     ds = copy.deepcopy(steps[1])
-    ds.tree.extra = {"dyspec": {"mode": "heap"}, "sampled_drafts": True}
+    ds.tree.record, ds.tree.sampled_drafts = DySpecRecord(mode="heap"), True
     assert "DySpec grows the tree greedily" in viz.explain_text(ds, "expand:1")
     assert "min(1, p(x)/q(x))" in viz.explain_text(ds, "accept", greedy=False)
     dd = copy.deepcopy(steps[1])
-    dd.tree.extra["ddd"] = {"threshold": -0.3, "checks": [{"level": 2, "beam_mass": -0.9, "stop": True}]}
+    dd.tree.record = DDDRecord(threshold=-0.3, checks=[{"level": 2, "beam_mass": -0.9, "stop": True}])
     assert "below the threshold -0.3, so it stops expanding" in viz.explain_text(dd, "expand:1")

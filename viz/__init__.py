@@ -1,6 +1,6 @@
 """Figures and tables for eagle2-viz traces: pure functions (no torch, no model code).
 
-    from eagle2.trace import Trace
+    from eagle2.cycle.trace import Trace
     from viz import tree_figure, cycle_table
     tr = Trace.load("assets/traces/writing-greedy.json")
     tree_figure(tr.steps[3]).show()

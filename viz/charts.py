@@ -91,17 +91,20 @@ def metrics(main: dict, others: list[dict]) -> dict:
 def lossy_summary(steps) -> dict | None:
     """For policies with relaxed (lossy) acceptance (LANTERN): how many accepted tokens needed the
     relaxation and the largest per-position distribution shift, over the steps; None if exact."""
-    rx = [s.tree.extra["relaxation"] for s in decode_steps(steps) if (s.tree.extra or {}).get("relaxation")]
-    if not rx:
+    deps = [d for s in decode_steps(steps) if s.tree.record is not None
+            for d in [s.tree.record.departure()] if d is not None]
+    if not deps:
         return None
-    return {"rule": rx[0].get("rule", "relaxed"), "cycles": len(rx),
-            "relaxed_tokens": int(sum(r.get("relaxed_tokens", 0) or 0 for r in rx)),
-            "max_shift": max(float(r.get("tv_max", 0.0) or 0.0) for r in rx)}
+    return {"rule": deps[0]["rule"], "cycles": len(deps),
+            "relaxed_tokens": int(sum(d["relaxed_tokens"] for d in deps)),
+            "max_shift": max(float(d["max_shift"]) for d in deps)}
 
 
-def metrics_html(m: dict, lossy: dict | None = None) -> str:
+def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None) -> str:
     """Metric cards: speedups first (big), then one line per decoder; `lossy` = {decoder label:
-    lossy_summary} adds a warning card for decoders whose output is not exactly the target's."""
+    lossy_summary} adds a warning card for decoders whose output is not exactly the target's;
+    `suggest` names a policy that sizes its tree from measured costs, offered when the main
+    decoder runs slower than plain."""
     main = m["decoders"][0]
     cards = []
     for label, lo in (lossy or {}).items():
@@ -117,11 +120,11 @@ def metrics_html(m: dict, lossy: dict | None = None) -> str:
                      f'<div class="mval">{val}</div><div class="mlab"><b>{main["decoder"]}</b> vs {label}<br>'
                      f'<small>wall-clock speedup</small></div></div>')
     vs_plain = m["speedups"].get("plain")
-    if (vs_plain is not None and vs_plain < 1.0 and main["tokens"] >= 16
-            and not main["decoder"].startswith("eagle2-auto")):
+    if (suggest and vs_plain is not None and vs_plain < 1.0 and main["tokens"] >= 16
+            and not main["decoder"].startswith(suggest)):
         cards.append('<div class="mcard hint" title="why speculative decoding can be slower">'
                      '<div class="mlab"><b>Slower than plain here?</b><br><small>On this device, verifying the '
-                     'whole tree costs more than the extra accepted tokens return. Policy <b>eagle2-auto</b> '
+                     f'whole tree costs more than the extra accepted tokens return. Policy <b>{suggest}</b> '
                      'sizes the tree from measured costs.</small></div></div>')
     for d in m["decoders"]:
         cards.append(

@@ -1,6 +1,6 @@
 """Small helpers shared by the figures: visible whitespace, probabilities, colours, layout defaults.
 
-Everything in viz/ works on trace objects by attribute (StepTrace / DraftTree from eagle2.trace,
+Everything in viz/ works on trace objects by attribute (StepTrace / DraftTree from eagle2.cycle.trace,
 or anything shaped like them) and never imports torch or model code, so the same functions serve
 the app, notebooks and benchmark reports.
 """

@@ -20,7 +20,7 @@ def phases(step) -> list[tuple[str, str]]:
 
 
 def _beams(step) -> list[list[int]]:
-    return [list(b) for b in (step.tree.extra or {}).get("beam", [])]
+    return [list(b) for b in step.tree.beam]
 
 
 def explain_figure(step, key: str, height: int | None = None):
@@ -67,7 +67,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
     """One paragraph (Markdown/HTML-safe) explaining what happened in this phase of this cycle."""
     G = tree_graph(step)
     t = step.tree
-    extra = t.extra or {}
+    rec = t.record
     n = len(t.tokens)
     kept = [i for i in range(1, n) if t.kept[i]]
     beams = _beams(step)
@@ -78,14 +78,9 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
         new = [i for i in range(1, n) if t.levels[i] == lv]
         best = max(new, key=lambda i: t.values[i]) if new else None
         best_s = f" The most likely one is {_q(G.nodes[best]['text'])} (path value {fmt_p(G.nodes[best]['pv'])})." if best else ""
-        if "dyspec" in extra:  # DySpec: greedy growth from a heap of slots
-            depths = sorted({t.depths[i] for i in new})
-            return (f"**Draft call {lv + 1}.** DySpec grows the tree greedily: it keeps a heap of expandable "
-                    f"slots keyed by their estimated value, takes the best one, draws a token there from the "
-                    f"draft's remaining distribution and pushes the sibling and child slots. This call added "
-                    f"{len(new)} node{'s' if len(new) != 1 else ''} at depth "
-                    f"{', '.join(map(str, depths)) or '–'}.{best_s} Because each token is drawn before it is "
-                    f"known, the sampled tree can still be verified exactly.")
+        own = rec.expand_text(lv, len(new), sorted({t.depths[i] for i in new}), best_s) if rec else None
+        if own:  # a policy that grows its tree its own way describes the step itself
+            return own
         if not beams:  # a static shape
             return (f"**Expansion level {lv + 1}.** The draft head runs once on the nodes of depth {lv} that have "
                     f"children in the fixed tree shape and adds their top-ranked children: {len(new)} nodes at "
@@ -96,7 +91,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                     f"tokens. A node's *value* is the product of draft probabilities along its path; here it is "
                     f"just the child's probability.{best_s} All of them are selected for expansion (ringed).")
         parents = len({t.parents[i] for i in new})
-        mass = extra.get("beam_mass", [])
+        mass = t.beam_mass
         sel = ""
         if lv < len(beams) and lv < max_level:
             m = f", holding {fmt_p(math.exp(mass[lv]))} of the draft's probability mass" if lv < len(mass) else ""
@@ -104,14 +99,8 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                    f"for the next expansion{m}; the rest stay in the pool as candidates.")
         else:
             sel = " This is the last level (the depth limit); the pool is complete."
-        ddd = extra.get("ddd")
-        if ddd:
-            chk = [c for c in ddd.get("checks", []) if c.get("level") == lv + 1]
-            if chk:
-                c = chk[0]
-                sel += (f" DDD checks the beam here: its log mass {c['beam_mass']:.2f} is "
-                        f"{'below' if c['stop'] else 'above'} the threshold {ddd.get('threshold')}, so it "
-                        f"{'stops expanding' if c['stop'] else 'keeps going'}.")
+        if rec:
+            sel += rec.expand_note(lv)
         return (f"**Expansion level {lv + 1}.** The head runs once, in parallel, on the {parents} nodes selected "
                 f"at the previous level (each attends to the context and its own ancestors) and gives each its "
                 f"top-k children: {len(new)} new candidates at depth {lv + 1}. A child's value = its parent's "
@@ -119,13 +108,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                 f"it.{best_s}{sel}")
     if key == "rerank":
         dropped = n - 1 - len(kept)
-        auto = ""
-        if "auto_n" in extra:
-            auto = (f" **Hardware-aware budget:** instead of a fixed N, this cycle's N = {extra['auto_n']} maximises "
-                    f"expected tokens per second, (1 + the sum of the kept values) / (draft time + the target's "
-                    f"measured time to verify N tokens); it expects {extra.get('auto_expected_tokens', 0):.2f} "
-                    f"tokens. It drafted {extra.get('auto_levels', 0)} level(s) past the root's children, each "
-                    f"only after predicting that it would raise that rate.")
+        auto = rec.rerank_note() if rec else ""
         return (f"**Rerank.** Expansion drafted {n - 1} candidates. EAGLE-2 keeps the {len(kept)} of highest "
                 f"value (ties go to shallower nodes) and makes sure every kept node's ancestors are kept, so the "
                 f"root plus these form the {len(kept) + 1} tokens the target verifies. The {dropped} faded nodes "
@@ -146,7 +129,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
     if greedy:
         rule = ("a child is accepted if it is the target's top choice at its parent, and the longest such path "
                 "wins")
-    elif extra.get("sampled_drafts"):
+    elif t.sampled_drafts:
         rule = ("the sampled children are tried in the order they were drawn: child x is accepted with "
                 "probability min(1, p(x)/q(x)) (target over draft); after a rejection the target's residual "
                 "max(p - q, 0) is renormalised (SpecInfer's rule), which keeps the output distribution exactly "
@@ -155,13 +138,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
         rule = ("the children of a node are tried in rank order and child x is accepted with the target's "
                 "probability p(x); after a rejection p(x) is set to 0 and p renormalised, which keeps the output "
                 "distribution exactly the target's")
-    rx = extra.get("relaxation")
-    lossy = ""
-    if rx:
-        lossy = (f" **Lossy:** {rx.get('rule', 'relaxed')} acceptance also lets through tokens whose embedding "
-                 f"neighbours hold target mass; here {rx.get('relaxed_tokens', 0)} accepted token(s) needed the "
-                 f"relaxation (largest distribution shift {fmt_p(rx.get('tv_max'))}). The output is no longer "
-                 f"exactly the target's.")
+    lossy = rec.accept_note() if rec else ""
     return (f"**Acceptance.** Walking down from the root, {rule}. Accepted here: {len(path)} draft token"
             f"{'s' if len(path) != 1 else ''} ({acc_txt}). The target's own token after the last accepted node "
             f"is the bonus {bonus}, so this cycle emits {len(path) + 1} token{'s' if path else ''} for one target "

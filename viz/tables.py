@@ -26,7 +26,7 @@ def cycle_table(steps) -> pd.DataFrame:
             "text": "".join(show_ws(x) for x in texts), "bonus": bonus,
             "drafted": len(t.tokens) - 1 if t is not None else 0,
             "verified": sum(bool(k) for k in t.kept) - 1 if t is not None else 0,
-            "draft_calls": (t.extra or {}).get("draft_calls", 0) if t is not None else 0,
+            "draft_calls": t.draft_calls if t is not None else 0,
             "draft_ms": round(1000 * s.timings.get("draft_s", 0.0), 1),
             "verify_ms": round(1000 * s.timings.get("verify_s", 0.0), 1),
             "total_ms": round(1000 * s.timings.get("total_s", 0.0), 1),

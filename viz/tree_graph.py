@@ -126,29 +126,15 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
     faded = set(faded) & set(pos)
     labelled = set(pos) - faded if labelled is None else set(labelled) & set(pos)
     fig = new_figure()
-
-    def edges(nodes, colour, width, name):
-        xs, ys = [], []
-        for v in nodes:
-            preds = list(G.predecessors(v))
-            if not preds or preds[0] not in pos:
-                continue
-            (x0, y0), (x1, y1) = pos[preds[0]], pos[v]
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
-                                 hoverinfo="skip", name=name, showlegend=False))
-
-    edges([v for v in pos if v in faded], "#e5e7eb", 0.8, "edges (dropped)")
-    edges([v for v in pos if v not in faded and v not in labelled], "#cbd5e1", 0.8, "edges (unlabelled)")
-    edges([v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
-
+    _add_edges(fig, G, pos, [v for v in pos if v in faded], "#e5e7eb", 0.8, "edges (dropped)")
+    _add_edges(fig, G, pos, [v for v in pos if v not in faded and v not in labelled], "#cbd5e1", 0.8,
+               "edges (unlabelled)")
+    _add_edges(fig, G, pos, [v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
     on_path = [v for v in path_nodes(G) if v in pos] if show_path else []
     if len(on_path) > 1:
         fig.add_trace(go.Scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
                                  mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
                                  hoverinfo="skip", name="accepted path"))
-
     if faded:
         fn = sorted(faded, key=str)
         fig.add_trace(go.Scatter(
@@ -156,63 +142,80 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
             marker=dict(size=6, color=DROPPED_COLOUR, opacity=0.45, line=dict(width=0)),
             customdata=[str(v) for v in fn], hovertemplate="%{text}<extra></extra>",
             text=[_hover(G.nodes[v]) for v in fn]))
-
     main = [v for v in pos if v not in faded and G.nodes[v]["kind"] in ("kept", "dropped")]
     main.sort(key=lambda v: (pos[v][0], pos[v][1]))
-    if colour_values is not None:
-        cvals = [colour_values.get(v) or 0.0 for v in main]
-        ctitle = colour_title or "probability"
-    elif colour_by == "prob":
-        cvals = [G.nodes[v]["p"] for v in main]
-        ctitle = "draft prob"
-    else:
-        cvals = [G.nodes[v]["pv"] for v in main]
-        ctitle = "path value"
     if main:
-        fig.add_trace(go.Scatter(
-            x=[pos[v][0] for v in main], y=[pos[v][1] for v in main], mode="markers+text",
-            name="draft nodes", customdata=[str(v) for v in main],
-            text=[esc(show_ws(G.nodes[v]["text"], LABEL_CHARS)) if v in labelled else "" for v in main],
-            textposition="middle right", textfont=dict(size=12, color="#111827", shadow="auto"),
-            hovertext=[_hover(G.nodes[v]) for v in main], hovertemplate="%{hovertext}<extra></extra>",
-            marker=dict(size=[_size(G.nodes[v]["pv"]) if v in labelled else 6 for v in main], color=cvals,
-                        cmin=0.0, cmax=1.0, colorscale=CONFIDENCE_SCALE,
-                        line=dict(width=[1 if v in labelled else 0.3 for v in main], color="#334155"),
-                        colorbar=dict(title=dict(text=ctitle, side="right"), thickness=12, lenmode="pixels",
-                                      len=200, y=1.0, yanchor="top", x=1.0, xanchor="left",
-                                      tickformat=".1f"))))
-
-    ring = [v for v in rings if v in pos]
-    if ring:
-        fig.add_trace(go.Scatter(
-            x=[pos[v][0] for v in ring], y=[pos[v][1] for v in ring], mode="markers", name=ring_name,
-            hoverinfo="skip", marker=dict(symbol="circle-open", size=[_size(G.nodes[v]["pv"]) + 8 for v in ring],
-                                          color="#059669", line=dict(width=3, color="#059669"))))
-    acc = [v for v in on_path if G.nodes[v]["kind"] == "kept"]
-    if acc:
-        fig.add_trace(go.Scatter(
-            x=[pos[v][0] for v in acc], y=[pos[v][1] for v in acc], mode="markers", name="accepted",
-            customdata=[str(v) for v in acc], hoverinfo="skip",
-            marker=dict(symbol="circle-open", size=[_size(G.nodes[v]["pv"]) + 7 for v in acc],
-                        color=ACCEPT_COLOUR, line=dict(width=3, color=ACCEPT_COLOUR))))
-
-    fig.add_trace(go.Scatter(
-        x=[pos[0][0]], y=[pos[0][1]], mode="markers+text", name="root",
-        text=[esc(show_ws(G.nodes[0]["text"], LABEL_CHARS))], textposition="middle right",
-        textfont=dict(size=13, color="#111827", shadow="auto", weight="bold"),
-        hovertext=[_hover(G.nodes[0])], hovertemplate="%{hovertext}<extra></extra>",
-        marker=dict(symbol="square", size=16, color="#111827"), showlegend=False))
+        _add_draft_nodes(fig, G, pos, main, labelled, *_node_colours(G, main, colour_by, colour_values, colour_title))
+    _add_rings(fig, G, pos, [v for v in rings if v in pos], ring_name, "#059669", 8)
+    _add_rings(fig, G, pos, [v for v in on_path if G.nodes[v]["kind"] == "kept"], "accepted", ACCEPT_COLOUR, 7)
+    _add_end_token(fig, G, pos, 0, "root", "#111827", dict(symbol="square", size=16, color="#111827"), legend=False)
     if BONUS in pos and show_path:
-        fig.add_trace(go.Scatter(
-            x=[pos[BONUS][0]], y=[pos[BONUS][1]], mode="markers+text", name="bonus token",
-            text=[esc(show_ws(G.nodes[BONUS]["text"], LABEL_CHARS))], textposition="middle right",
-            textfont=dict(size=13, color=ACCEPT_COLOUR, shadow="auto", weight="bold"),
-            hovertext=[_hover(G.nodes[BONUS])], hovertemplate="%{hovertext}<extra></extra>",
-            marker=dict(symbol="star", size=20, color=ACCEPT_COLOUR, line=dict(width=1, color="#7f1d1d"))))
-
+        _add_end_token(fig, G, pos, BONUS, "bonus token", ACCEPT_COLOUR,
+                       dict(symbol="star", size=20, color=ACCEPT_COLOUR, line=dict(width=1, color="#7f1d1d")))
     max_depth = x_max if x_max is not None else max((p[0] for p in pos.values()), default=1)
-    h = height or int(min(1500, max(420, rows * ROW_PX + 110)))
-    fig.update_layout(**base_layout(title, height=h))
+    _finish_layout(fig, title, height or int(min(1500, max(420, rows * ROW_PX + 110))), rows, max_depth)
+    return fig
+
+
+def _add_edges(fig, G, pos, nodes, colour, width, name) -> None:
+    xs, ys = [], []
+    for v in nodes:
+        preds = list(G.predecessors(v))
+        if not preds or preds[0] not in pos:
+            continue
+        (x0, y0), (x1, y1) = pos[preds[0]], pos[v]
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
+                             hoverinfo="skip", name=name, showlegend=False))
+
+
+def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list, str]:
+    if colour_values is not None:
+        return [colour_values.get(v) or 0.0 for v in main], colour_title or "probability"
+    if colour_by == "prob":
+        return [G.nodes[v]["p"] for v in main], "draft prob"
+    return [G.nodes[v]["pv"] for v in main], "path value"
+
+
+def _add_draft_nodes(fig, G, pos, main, labelled, cvals, ctitle) -> None:
+    fig.add_trace(go.Scatter(
+        x=[pos[v][0] for v in main], y=[pos[v][1] for v in main], mode="markers+text",
+        name="draft nodes", customdata=[str(v) for v in main],
+        text=[esc(show_ws(G.nodes[v]["text"], LABEL_CHARS)) if v in labelled else "" for v in main],
+        textposition="middle right", textfont=dict(size=12, color="#111827", shadow="auto"),
+        hovertext=[_hover(G.nodes[v]) for v in main], hovertemplate="%{hovertext}<extra></extra>",
+        marker=dict(size=[_size(G.nodes[v]["pv"]) if v in labelled else 6 for v in main], color=cvals,
+                    cmin=0.0, cmax=1.0, colorscale=CONFIDENCE_SCALE,
+                    line=dict(width=[1 if v in labelled else 0.3 for v in main], color="#334155"),
+                    colorbar=dict(title=dict(text=ctitle, side="right"), thickness=12, lenmode="pixels",
+                                  len=200, y=1.0, yanchor="top", x=1.0, xanchor="left",
+                                  tickformat=".1f"))))
+
+
+def _add_rings(fig, G, pos, nodes, name, colour, grow) -> None:
+    """Open circles around nodes (selected for expansion, or accepted), `grow` px past the node."""
+    if not nodes:
+        return
+    fig.add_trace(go.Scatter(
+        x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers", name=name,
+        customdata=[str(v) for v in nodes], hoverinfo="skip",
+        marker=dict(symbol="circle-open", size=[_size(G.nodes[v]["pv"]) + grow for v in nodes],
+                    color=colour, line=dict(width=3, color=colour))))
+
+
+def _add_end_token(fig, G, pos, v, name, colour, marker, legend: bool = True) -> None:
+    """The root or the bonus token: a bold label and its own marker."""
+    fig.add_trace(go.Scatter(
+        x=[pos[v][0]], y=[pos[v][1]], mode="markers+text", name=name,
+        text=[esc(show_ws(G.nodes[v]["text"], LABEL_CHARS))], textposition="middle right",
+        textfont=dict(size=13, color=colour, shadow="auto", weight="bold"),
+        hovertext=[_hover(G.nodes[v])], hovertemplate="%{hovertext}<extra></extra>",
+        marker=marker, showlegend=legend))
+
+
+def _finish_layout(fig, title, height, rows, max_depth) -> None:
+    fig.update_layout(**base_layout(title, height=height))
     # the legend sits under the depth axis: above the plot it collided with long titles in the
     # half-width side-by-side panels (both wrap there)
     fig.update_layout(margin=dict(l=16, r=16, t=56 if title else 30, b=84), hovermode="closest",
@@ -221,7 +224,6 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
     fig.update_xaxes(range=[-0.35, max_depth + 0.95], dtick=1, title=dict(text="depth", font=dict(size=12)),
                      showgrid=True, gridcolor="#f1f5f9", zeroline=False, tickfont=dict(size=12))
     fig.update_yaxes(range=[rows + 0.3, -0.3], visible=False)
-    return fig
 
 
 def tree_title(step) -> str:

@@ -1,0 +1,319 @@
+"""Decoders with a step API: plain autoregressive and speculative (any tree policy).
+
+State of one sequence (docs/algorithms.md §2):
+- the target's KV cache holds the committed tokens x_0..x_{L-1};
+- `root` is the next token (sampled by the target, not yet run through it);
+- `pending` are (target feature, next token) pairs the draft head has not absorbed yet.
+A speculative cycle: absorb pending -> draft a tree under root -> verify root + tree in one target
+forward -> accept a path -> commit its K/V -> the bonus token is the next root.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UserError, check
+from ..model.chat import chat_ids
+from ..model.llama import KVCache
+from ..model.loading import Bundle
+from ..model.timing import sync
+from ..policies.base import TreePolicy
+from ..policies.registry import make_policy
+from .drafting import HeadRunner
+from .layout import VerifyBatch, layout
+from .sampling import SamplingParams, choose, probs_from_logits
+from .trace import StepTrace, Trace
+from .tree import DraftTree
+
+MAX_NEW_TOKENS = 4096
+
+
+class Decoder:
+    def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,
+                 max_new_tokens: int = 128, record: bool = True, **policy_kw):
+        self.b = bundle
+        self.sampling = sampling or SamplingParams()
+        self.sampling.validate()
+        check(isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= MAX_NEW_TOKENS,
+              f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {max_new_tokens!r}).")
+        self.max_new_tokens = max_new_tokens
+        self.set_policy(policy, **policy_kw)
+        self.record = record
+        self.started = False
+
+    # ------------------------------------------------------------------ configuration
+    def set_policy(self, policy, **kw) -> None:
+        """'plain', a registered policy's name (with its parameters), or a TreePolicy; takes effect
+        from the next cycle."""
+        if policy is None or policy == "plain":
+            self.policy = None
+            return
+        if isinstance(policy, str):
+            policy = make_policy(policy, **kw)
+        elif isinstance(policy, TreePolicy):
+            policy.validate()
+        else:
+            raise UserError(f"Not a tree policy: {policy!r}.")
+        policy.prepare(self.b)  # per-model set-up outside the timed steps
+        self.policy = policy
+
+    @property
+    def policy_name(self) -> str:
+        return "plain" if self.policy is None else self.policy.name
+
+    # ------------------------------------------------------------------ start
+    def encode(self, prompt: str | None = None, messages: list | None = None, raw: bool = False) -> list[int]:
+        tok = self.b.tokenizer
+        if messages is None:
+            check(isinstance(prompt, str) and prompt.strip() != "", "The prompt is empty: type something first.")
+            if raw or not getattr(tok, "chat_template", None):
+                return tok(prompt, add_special_tokens=True)["input_ids"]
+            messages = [{"role": "user", "content": prompt}]
+        check(len(messages) > 0 and all(isinstance(m, dict) and str(m.get("content", "")).strip()
+                                        for m in messages), "Every chat message needs some text.")
+        return chat_ids(tok, messages)
+
+    def start(self, prompt: str | None = None, messages: list | None = None, input_ids: list[int] | None = None,
+              raw: bool = False) -> StepTrace:
+        """Prefill the prompt; emits the first token (cycle 0)."""
+        ids = list(input_ids) if input_ids is not None else self.encode(prompt, messages, raw)
+        check(len(ids) >= 1, "The prompt is empty: type something first.")
+        ctx = self.b.target.args.max_positions
+        check(len(ids) + 2 <= ctx,
+              f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
+        dev = self.b.device
+        self.prompt_ids = ids
+        self.generated: list[int] = []
+        self.finished: str | None = None
+        self.cycle = 0
+        self.target_forwards = 0
+        self.draft_calls = 0
+        self.split = {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}  # where the wall time went
+        self.text = ""
+        self.gen = torch.Generator(device="cpu")
+        self.gen.manual_seed(self.sampling.seed if self.sampling.seed is not None else 0)
+        # policies that sample their drafts (DySpec) draw from their own stream, seeded alike
+        self.draft_gen = torch.Generator(device="cpu")
+        self.draft_gen.manual_seed(((self.sampling.seed or 0) * 1_000_003 + 7919) % (2 ** 63))
+        slack = 64 + (self.policy.total_tokens if self.policy is not None else 0)
+        cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
+        self.cache: KVCache = self.b.target.new_cache(cap)
+        self.hcache: KVCache = self.b.head.new_cache(cap + 1024)
+        self.trace = Trace(meta=self._meta())
+
+        t0 = self._now()
+        tokens = torch.tensor(ids, dtype=torch.long, device=dev)
+        feats = self.b.target.forward_cached(self.cache, tokens, torch.arange(len(ids), device=dev))
+        self.cache.advance(len(ids))
+        root = choose(self.b.target.logits(feats[-1]), self.sampling, self.gen)
+        self.target_forwards = 1
+        self.pending = (feats, ids[1:] + [root])
+        self.root_g = None
+        self.root = root
+        self.started = True
+        dt = self._now() - t0
+        return self._emit([root], None, [], None, {"draft_s": 0.0, "verify_s": dt, "commit_s": 0.0})
+
+    # ------------------------------------------------------------------ one cycle
+    def step(self) -> StepTrace:
+        """One cycle: draft -> verify -> accept -> commit (or one plain token)."""
+        check(self.started, "Start a prompt first.")
+        check(self.finished is None, f"Generation has finished ({self.finished}); reset to start again.")
+        if self.policy is None:
+            return self._plain_step()
+        c = self._cycle(self.policy, self.draft_gen, self.gen)
+        t0 = self._now()
+        L = self.cache.length
+        keep = [0] + c.path_pos
+        self.cache.commit(torch.tensor([L + p for p in keep], device=self.b.device))
+        self.pending = (c.feats[keep], c.path_tokens + [c.bonus])
+        self.root_g = None
+        self.root = c.bonus
+        self.target_forwards += 1
+        self.draft_calls += c.tree.draft_calls
+        if self.record:
+            self._annotate(c)
+        c.timings["commit_s"] = self._now() - t0
+        return self._emit(c.path_tokens + [c.bonus], c.tree, c.accepted_pool, c.bonus, c.timings)
+
+    def preview(self, policy) -> StepTrace:
+        """Draft, verify and accept with another policy on the current context without committing
+        (the page's side-by-side view): the same cycle the next step() runs, numbered like it. The
+        sequence state is untouched; the random streams are the preview's own."""
+        check(self.started and self.finished is None, "Nothing to preview: start a prompt first.")
+        policy = make_policy(policy) if isinstance(policy, str) else policy
+        c = self._cycle(policy, torch.Generator().manual_seed(self.cycle + 7919),
+                        torch.Generator().manual_seed(self.cycle))
+        self._annotate(c)
+        c.timings["total_s"] = c.timings["draft_s"] + c.timings["verify_s"]
+        return StepTrace(cycle=self.cycle, policy=policy.name, new_tokens=c.path_tokens + [c.bonus],
+                         new_texts=self.b.token_texts(c.path_tokens + [c.bonus]), accepted_len=len(c.path_pos),
+                         bonus=c.bonus, timings=c.timings, cumulative={}, tree=c.tree,
+                         tree_texts=self.b.token_texts(c.tree.tokens), accepted_path=c.accepted_pool, root=self.root)
+
+    def generate(self) -> Trace:
+        if not self.started:
+            raise UserError("Start a prompt first.")
+        while self.finished is None:
+            self.step()
+        return self.trace
+
+    # ------------------------------------------------------------------ internals
+    def _now(self) -> float:
+        sync(self.b.device)
+        return time.perf_counter()
+
+    def _plain_step(self) -> StepTrace:
+        t0 = self._now()
+        L = self.cache.length
+        dev = self.b.device
+        feats = self.b.target.forward_cached(self.cache, torch.tensor([self.root], device=dev),
+                                             torch.tensor([L], device=dev))
+        nxt = choose(self.b.target.logits(feats[0]), self.sampling, self.gen)
+        t1 = self._now()
+        self.cache.advance(1)
+        self.target_forwards += 1
+        self.root = nxt
+        return self._emit([nxt], None, [], None, {"draft_s": 0.0, "verify_s": t1 - t0, "commit_s": 0.0})
+
+    def _cycle(self, policy: TreePolicy, draft_gen: torch.Generator, accept_gen: torch.Generator) -> "_Cycle":
+        """Draft a tree under the root, verify it in one target forward and accept a path, without
+        committing anything (step commits; preview does not)."""
+        absorbed = self.root_g is not None  # a preview on this context already fed the head
+        t0 = self._now()
+        self._absorb()
+        runner = HeadRunner(self.b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1,
+                            sampling=self.sampling, gen=draft_gen)
+        tree = policy.draft(runner, self.root)
+        t1 = self._now()
+        need = self.cache.length + tree.n_kept
+        if need > self.cache.max_len:
+            self._grow(need + 64)
+        vb = layout(tree, self.cache.length, self.b.device)
+        feats = self.b.target.forward_cached(self.cache, vb.tokens, vb.positions, vb.mask)
+        logits = self.b.target.logits(feats)
+        path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
+        t2 = self._now()
+        draft_s = t1 - t0 + (self._absorb_s if absorbed else 0.0)
+        return _Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus,
+                      accepted_pool=[vb.pool_idx[p] for p in path_pos],
+                      path_tokens=[int(vb.tokens[p]) for p in path_pos],
+                      timings={"draft_s": draft_s, "verify_s": t2 - t1, "commit_s": 0.0})
+
+    def _absorb(self) -> None:
+        """Feed pending (feature, next token) pairs to the head; its last output predicts the
+        feature at the root, whose logits give the root's children. Drafting work: its seconds are
+        kept for the step that drafts on this context, also when a preview did it first."""
+        if self.root_g is not None:
+            return
+        t0 = self._now()
+        feats, toks = self.pending
+        hc = self.hcache
+        n = len(toks)
+        dev = self.b.device
+        g = self.b.head.forward_cached(hc, feats, torch.tensor(toks, device=dev),
+                                       torch.arange(hc.length, hc.length + n, device=dev), hc.length)
+        hc.advance(n)
+        self.root_g = g[-1]
+        self._absorb_s = self._now() - t0
+
+    def _grow(self, n: int) -> None:
+        old = self.cache
+        new = self.b.target.new_cache(n)
+        new.k[:, :, :, : old.length] = old.k[:, :, :, : old.length]
+        new.v[:, :, :, : old.length] = old.v[:, :, :, : old.length]
+        new.length = old.length
+        self.cache = new
+
+    def _annotate(self, c: "_Cycle") -> None:
+        """Record on the tree the target's probability of each kept node (at its parent) and the
+        accepted flags (what the page draws; decoding does not need them)."""
+        tree, vb, logits, accepted_pool = c.tree, c.vb, c.logits, c.accepted_pool
+        sp = self.sampling if not self.sampling.greedy else SamplingParams(temperature=1.0)
+        probs = probs_from_logits(logits, sp)
+        parent = torch.tensor([max(p, 0) for p in vb.parent_pos], device=probs.device)
+        tp = probs[parent, vb.tokens].tolist()
+        tree.target_prob = [None] * len(tree.tokens)
+        for i, p in enumerate(vb.pool_idx):
+            if i > 0:
+                tree.target_prob[p] = tp[i]
+        acc = set(accepted_pool)
+        tree.accepted = [i == 0 or i in acc for i in range(len(tree.tokens))]
+
+    def _emit(self, toks, tree, accepted_pool, bonus, timings) -> StepTrace:
+        eos = self.b.eos_ids
+        out = []
+        for t in toks:
+            out.append(t)
+            if t in eos:
+                self.finished = "eos"
+                break
+        room = max(0, self.max_new_tokens - len(self.generated))
+        if len(out) >= room:
+            out = out[:room]
+            self.finished = self.finished or "max_new_tokens"
+        if self.cache.length + 2 >= self.b.target.args.max_positions - 1:
+            self.finished = self.finished or "context"
+        self.generated += out
+        prev = self.text
+        self.text = self.b.tokenizer.decode(self.generated, skip_special_tokens=True)
+        timings["total_s"] = timings["draft_s"] + timings["verify_s"] + timings["commit_s"]
+        for k in self.split:
+            self.split[k] += timings[k]
+        st = StepTrace(
+            cycle=self.cycle, policy=self.policy_name, new_tokens=out,
+            new_texts=self.b.token_texts(out) if self.record else [],
+            accepted_len=len(accepted_pool), bonus=bonus, timings=timings,
+            cumulative={"tokens": len(self.generated), "target_forwards": self.target_forwards,
+                        "wall_s": self.wall, "draft_calls": self.draft_calls},
+            tree=tree, tree_texts=self.b.token_texts(tree.tokens) if (tree is not None and self.record) else [],
+            accepted_path=accepted_pool, root=None if tree is None else tree.tokens[0],
+            finished=self.finished,
+            text_delta=self.text[len(prev):] if self.text.startswith(prev) else self.text)
+        self.cycle += 1
+        if self.record:
+            self.trace.steps.append(st)
+        return st
+
+    def _meta(self) -> dict:
+        pol = {"name": self.policy_name, **(self.policy.params() if self.policy is not None else {})}
+        return {"model": self.b.name, "head": self.b.head_name, "device": str(self.b.device),
+                "dtype": str(self.b.dtype).replace("torch.", ""), "policy": pol,
+                "sampling": vars(self.sampling).copy(), "max_new_tokens": self.max_new_tokens,
+                "prompt_ids": self.prompt_ids,
+                "prompt_text": self.b.tokenizer.decode(self.prompt_ids)}
+
+    # ------------------------------------------------------------------ summaries
+    @property
+    def wall(self) -> float:
+        """Seconds of this decoder's own work: drafting + verifying + committing, every cycle."""
+        return sum(self.split.values())
+
+    @property
+    def tau(self) -> float:
+        return len(self.generated) / max(1, self.target_forwards)
+
+    def summary(self) -> dict:
+        return {"policy": self.policy_name, "text": self.text, "token_ids": list(self.generated),
+                "new_tokens": len(self.generated), "target_forwards": self.target_forwards,
+                "tau": self.tau, "wall_s": self.wall, **self.split,
+                "tokens_per_s": len(self.generated) / self.wall if self.wall > 0 else 0.0,
+                "draft_calls": self.draft_calls, "finished": self.finished,
+                "lossy": self.policy is not None and self.policy.lossy,
+                **({"policy_stats": self.policy.summary_stats()} if self.policy is not None else {})}
+
+
+@dataclass
+class _Cycle:
+    """What one draft -> verify -> accept produced, before any commit."""
+    tree: DraftTree
+    vb: VerifyBatch
+    feats: torch.Tensor          # the target's features at every verified node
+    logits: torch.Tensor
+    path_pos: list[int]          # accepted verify positions (root excluded)
+    path_tokens: list[int]
+    accepted_pool: list[int]     # the same nodes as pool indices
+    bonus: int
+    timings: dict

@@ -1,0 +1,65 @@
+"""Running the draft head inside one cycle: the tree part of its KV cache and its masks.
+
+Policies only see HeadRunner: `root_logp` (the head's distribution for the root's children),
+`run(...)`, which feeds a batch of tree nodes (each attending to the committed context, its
+ancestors and itself) and returns their predicted features and next-token log-probabilities, and
+the decoder's `sampling` parameters and draft `gen`erator (for policies that sample their drafts).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..model.head import EagleHead
+from ..model.llama import KVCache
+from .sampling import SamplingParams
+
+
+class HeadRunner:
+    def __init__(self, head: EagleHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
+                 sampling: SamplingParams | None = None, gen: torch.Generator | None = None):
+        self.head = head
+        self.sampling = sampling or SamplingParams()
+        self.gen = gen if gen is not None else torch.Generator().manual_seed(0)
+        self.cache = cache
+        self.root_g = root_g                      # [D] predicted feature at the root's position
+        self.root_logp = head.draft_logprobs(root_g)  # [V_draft]
+        self.base_pos = base_pos                  # head position of the root's pair
+        self.start = cache.length            # first tree slot
+        self.used = 0
+        self.anc = np.zeros((64, 64), dtype=bool)
+        self.calls = 1                            # the root call already ran
+
+    def _grow(self, n: int) -> None:
+        if n > self.anc.shape[0]:
+            cap = max(n, 2 * self.anc.shape[0])
+            a = np.zeros((cap, cap), dtype=bool)
+            a[: self.anc.shape[0], : self.anc.shape[1]] = self.anc
+            self.anc = a
+
+    def run(self, tokens: list[int], parent_g: torch.Tensor, parent_slots: list[int],
+            depths: list[int]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """tokens: target ids of k nodes; parent_g [k, D]: the head's predicted feature at each
+        node's parent; parent_slots: tree slot of each parent (-1 = the root, whose pair is in
+        the committed part). Returns (g [k,D], logp [k,V_draft], slots of these nodes)."""
+        k = len(tokens)
+        s0 = self.used
+        self._grow(s0 + k)
+        for j, ps in enumerate(parent_slots):
+            if ps >= 0:
+                self.anc[s0 + j, : s0] = self.anc[ps, : s0]
+            self.anc[s0 + j, s0 + j] = True
+        dev = parent_g.device
+        mask = torch.from_numpy(self.anc[s0: s0 + k, : s0 + k].copy()).to(dev)
+        tok = torch.tensor(tokens, dtype=torch.long, device=dev)
+        pos = torch.tensor([self.base_pos + d for d in depths], dtype=torch.long, device=dev)
+        g = self.head.forward_cached(self.cache, parent_g, tok, pos, self.start + s0, mask)
+        self.used += k
+        self.calls += 1
+        return g, self.head.draft_logprobs(g), list(range(s0, s0 + k))
+
+    def topk(self, logp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k over the draft vocabulary, returned as (log-probs, target ids)."""
+        k = min(k, logp.shape[-1])
+        v, i = logp.topk(k, dim=-1)
+        return v, self.head.to_target_ids(i)

@@ -1,0 +1,124 @@
+"""The lockstep race: three decoders on the same prompt, each timed on its own work.
+
+The selected policy, a comparison policy and plain decoding. A tick runs one cycle of the main
+decoder (after drafting the comparison policy's tree on the same context, for a side-by-side
+view), then steps the comparison and plain decoders until they have caught up with its token
+count, so all three are compared at equal lengths. No UI here: the page and the trace recorder
+drive it, and its tests need no Gradio.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+from ..errors import UserError, check
+from ..policies.registry import BASELINE, DEFAULT, make_policy
+from .decoder import Decoder
+from .sampling import SamplingParams
+from .trace import StepTrace
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    policy: str = DEFAULT
+    compare: str = BASELINE
+    total_tokens: int = 60
+    depth: int = 5
+    top_k: int = 10
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 64
+    side_by_side: bool = True
+
+    @property
+    def tree(self) -> dict:
+        return {"total_tokens": self.total_tokens, "depth": self.depth, "top_k": self.top_k}
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+
+    def validate(self) -> "RaceSettings":
+        """Every value checked before any model work (a UserError names the bad one)."""
+        self.sampling().validate()
+        for name in (self.policy, self.compare):
+            if name != "plain":
+                make_policy(name, **self.tree)
+        check(isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= 4096,
+              f"max new tokens must be an integer in [1, 4096] (got {self.max_new_tokens!r}).")
+        return self
+
+    def with_(self, **kw) -> "RaceSettings":
+        return replace(self, **kw)
+
+
+class Race:
+    """Three decoders in lockstep. `lock` guards against two ticks at once (one per session)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.prompt: str | None = None
+        self.main = self.cmp = self.plain = None
+        self.previews: dict[int, StepTrace] = {}   # cycle -> the comparison's tree on that context
+        self.settings: RaceSettings | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.main is not None
+
+    @property
+    def finished(self) -> str | None:
+        return self.main.finished if self.main is not None else None
+
+    @property
+    def decoders(self) -> tuple[Decoder, Decoder, Decoder]:
+        return self.main, self.cmp, self.plain
+
+    def start(self, bundle, prompt: str, s: RaceSettings) -> None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError("The prompt is empty: type something first (or pick an example).")
+        decs = [Decoder(bundle, s.policy, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
+                Decoder(bundle, s.compare, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
+                Decoder(bundle, "plain", s.sampling(), max_new_tokens=s.max_new_tokens)]
+        for d in decs:
+            d.start(prompt)
+        self.main, self.cmp, self.plain = decs
+        self.prompt, self.settings, self.previews = prompt, s, {}
+
+    def apply(self, s: RaceSettings) -> list[str]:
+        """Settings changed mid-run: they apply from the next cycle. Returns notes for the user."""
+        old = self.settings
+        if old is None or s == old:
+            return []
+        notes = []
+        for d, name, was in ((self.main, s.policy, old.policy), (self.cmp, s.compare, old.compare)):
+            if (name, s.tree) != (was, old.tree):  # otherwise keep the policy's state (what it learnt)
+                d.set_policy(name, **s.tree)
+        for d in self.decoders:
+            d.sampling = s.sampling()
+            if s.max_new_tokens > len(d.generated):
+                d.max_new_tokens = s.max_new_tokens
+            elif s.max_new_tokens != old.max_new_tokens:
+                notes.append(f"{len(d.generated)} tokens are already generated; max new tokens stays "
+                             f"{d.max_new_tokens}.")
+        if s.seed != old.seed:
+            notes.append("The new seed applies when a prompt starts (Reset).")
+        self.settings = s
+        return sorted(set(notes))
+
+    def tick(self) -> None:
+        m = self.main
+        if m.finished is not None:
+            return
+        if self.settings.side_by_side and self.cmp.policy is not None:
+            pv = m.preview(self.cmp.policy)  # the comparison's own policy object keeps what it learnt
+            self.previews[pv.cycle] = pv
+        m.step()
+        goal = len(m.generated)
+        for d in (self.cmp, self.plain):
+            while d.finished is None and len(d.generated) < goal:
+                d.step()
+
+    def labels(self) -> tuple[str, str, str]:
+        a, b = self.main.policy_name, self.cmp.policy_name
+        return a, (b if b != a else f"{b} (compare)"), "plain"

@@ -1,0 +1,1 @@
+"""The model layer: the target transformer, the EAGLE draft head, and loading them (weights, presets)."""

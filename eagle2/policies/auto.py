@@ -1,0 +1,134 @@
+"""The hardware-aware budget (docs/algorithms.md §9): EAGLE-2 whose N, and optionally
+depth, are chosen every cycle from this machine's measured costs.
+
+t(N), the target's time to verify N tokens, comes from model/timing.py (measured once per device
+and model, cached). Each cycle keeps the N that maximises expected tokens per second,
+(1 + sum of the N-1 best node values) / (t_draft + t(N)): node values approximate acceptance
+probabilities, so their sum estimates the accepted length.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from ..cycle.records import AutoRecord
+from ..cycle.tree import DraftTree
+from ..errors import check
+from ..model.timing import verify_profile
+from .eagle2 import Eagle2Policy
+
+
+def best_rate(values: np.ndarray, spent_s: float, t_of, max_n: int = 1 << 30) -> tuple[int, float]:
+    """The N <= max_n (root + N-1 best nodes) maximising expected tokens per second of this
+    cycle, (1 + sum of the N-1 largest acceptance estimates) / (spent_s + t(N)), and that rate."""
+    vals = np.sort(values)[::-1]
+    cum = np.concatenate([[0.0], np.cumsum(vals)])
+    best_n, best = 1, 0.0
+    for n in range(1, min(len(vals) + 1, max_n) + 1):
+        rate = (1.0 + cum[n - 1]) / (spent_s + t_of(n))
+        if rate > best:
+            best_n, best = n, rate
+    return best_n, best
+
+
+@dataclass
+class AutoBudgetPolicy(Eagle2Policy):
+    """EAGLE-2 whose N (total_tokens is its cap) and, with `adaptive_depth`, depth (`depth` is its
+    cap) are chosen each cycle to minimise (d * t_draft + t(N)) / expected accepted tokens.
+
+    Depth: before each further draft call, the policy predicts the next level's node values (the
+    beam's values times the running mean draft probability of each child rank) and drafts it only
+    if that raises the cycle's best expected tokens per second once the call's measured cost is
+    paid. Node values fall along every path, so a level that does not pay predicts that deeper
+    ones will not either."""
+    total_tokens: int = 64
+    profile: dict = field(default_factory=dict)   # t(N) in seconds; measured by prepare() if empty
+    adaptive_depth: bool = True
+    name: ClassVar[str] = "eagle2-auto"
+
+    def __post_init__(self):
+        self.call_s = 0.0          # running mean seconds of one draft call (measured)
+        self.rank_prob = None      # running mean draft probability of the child at each rank
+        self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}}
+        self._clamp()
+
+    def _clamp(self) -> None:
+        if self.profile:  # no extrapolation past the largest measured N
+            self.total_tokens = min(self.total_tokens, max(int(n) for n in self.profile))
+
+    def prepare(self, bundle) -> None:
+        if not self.profile:
+            self.profile = verify_profile(bundle)
+            self._clamp()
+        check(len(self.profile) >= 2, "The auto budget needs a measured verification profile.")
+
+    def t_of(self, n: int) -> float:
+        xs = sorted(self.profile)
+        return float(np.interp(n, xs, [self.profile[x] for x in xs]))
+
+    @staticmethod
+    def _pool_values(tree: DraftTree) -> np.ndarray:
+        return np.exp(np.asarray(tree.values[1:], dtype=np.float64))
+
+    def stop_early(self, level, beam_values, tree) -> bool:
+        if not self.adaptive_depth or self.rank_prob is None or self.call_s == 0.0:
+            return False  # the first cycle drafts in full to measure a call and the ranks
+        spent = time.perf_counter() - self._t0
+        vals = self._pool_values(tree)
+        _, now = best_rate(vals, spent, self.t_of, self.total_tokens)
+        beam = np.exp(beam_values.double().cpu().numpy())
+        predicted = (beam[:, None] * self.rank_prob[None, : self.top_k]).ravel()
+        _, nxt = best_rate(np.concatenate([vals, predicted]), spent + self.call_s, self.t_of, self.total_tokens)
+        return nxt <= now
+
+    def draft(self, runner, root):
+        check(len(self.profile) >= 2, "The auto budget needs a measured verification profile (prepare it).")
+        self._t0 = time.perf_counter()
+        return super().draft(runner, root)
+
+    def keep(self, tree: DraftTree) -> None:
+        spent = time.perf_counter() - self._t0
+        calls = tree.draft_calls - 1  # levels expanded below the root's children (0: stopped at once)
+        if calls:
+            per = spent / calls
+            self.call_s = per if self.call_s == 0.0 else 0.8 * self.call_s + 0.2 * per
+        self._learn_ranks(tree)
+        best_n, rate = best_rate(self._pool_values(tree), spent, self.t_of, self.total_tokens)
+        self.rerank(tree, best_n)
+        # the expected tokens are the chosen rate times the cycle's time
+        tree.record = AutoRecord(n=best_n, levels=calls, expected_tokens=float(rate * (spent + self.t_of(best_n))))
+        st = self.stats
+        st["cycles"] += 1
+        st["draft_calls"] += tree.draft_calls
+        st["levels"][str(calls)] = st["levels"].get(str(calls), 0) + 1
+        st["n"][str(best_n)] = st["n"].get(str(best_n), 0) + 1
+
+    def _learn_ranks(self, tree: DraftTree) -> None:
+        """Running mean draft probability of the rank-r child of an expanded node (levels >= 1)."""
+        k = self.top_k
+        sums, counts = np.zeros(k), np.zeros(k)
+        for lp, r, lv in zip(tree.logp[1:], tree.ranks[1:], tree.levels[1:]):
+            if lv >= 1 and r < k:
+                sums[r] += np.exp(lp)
+                counts[r] += 1
+        if counts.sum() == 0:
+            return
+        seen = counts > 0
+        cur = np.where(seen, sums / np.maximum(counts, 1), 0.0)
+        if self.rank_prob is None:
+            self.rank_prob = cur
+        else:
+            self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
+
+    def summary_stats(self) -> dict:
+        return dict(self.stats)
+
+
+@dataclass
+class AutoBudgetNPolicy(AutoBudgetPolicy):
+    """The auto budget choosing N only, at a fixed depth (to compare against adaptive depth)."""
+    adaptive_depth: bool = False
+    name: ClassVar[str] = "eagle2-auto-n"

@@ -1,0 +1,119 @@
+"""The interface every tree policy implements (docs/algorithms.md §10).
+
+A policy proposes; the decoder verifies. Like Hugging Face's CandidateGenerator, the policy owns
+what it proposes (`draft`: a DraftTree under the root) and may own how the target's verdict is
+read (`accept`: the default is the lossless rule; a lossy policy such as LANTERN++ overrides it
+and says so through `lossy` / `lossy_note`). `prepare` does per-model work outside the timed
+steps, `summary_stats` reports what the policy decided over a run. Policies are dataclasses whose
+fields are their parameters; `from_options` builds one from the common tree flags plus its own
+`options`, and `validate` rejects bad values with a UserError before any model work.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..cycle import verify as V
+from ..cycle.drafting import HeadRunner
+from ..cycle.layout import VerifyBatch
+from ..cycle.sampling import SamplingParams
+from ..cycle.tree import DraftTree
+from ..errors import UserError, check
+
+TREE_PARAMS = ("total_tokens", "depth", "top_k")  # the common flags (--total-tokens, --depth, --top-k)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One of a policy's own parameters, exposed as a command-line flag (generate, bench)."""
+    flag: str           # e.g. "--ddd-threshold"
+    field: str          # the dataclass field it sets
+    type: type
+    help: str
+
+
+class TreePolicy:
+    name: ClassVar[str] = ""
+    options: ClassVar[tuple[Option, ...]] = ()
+    tree_params: ClassVar[tuple[str, ...]] = TREE_PARAMS   # which common flags apply
+    total_tokens: int                                      # most tokens verified per cycle (sizes caches)
+
+    # -- construction
+    @classmethod
+    def from_options(cls, **kw) -> "TreePolicy":
+        """Build from the common tree flags (None = the policy's default; flags that do not apply are
+        ignored) and the policy's own parameters (an unknown one is a UserError)."""
+        own = {k: v for k, v in kw.items() if k not in TREE_PARAMS}
+        fields = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(own) - fields)
+        if unknown:
+            raise UserError(f"Policy {cls.name!r} has no parameter(s) {', '.join(unknown)}.")
+        args = {k: v for k, v in kw.items() if v is not None and (k in own or k in cls.tree_params)}
+        return cls(**args)
+
+    def validate(self) -> None:
+        """Raise UserError on parameters out of range."""
+
+    def prepare(self, bundle) -> None:
+        """Per-model set-up outside the timed steps (a measured cost table, a neighbour index)."""
+
+    def params(self) -> dict:
+        """What the trace's meta records about this policy."""
+        return {k: getattr(self, k) for k in TREE_PARAMS if hasattr(self, k)}
+
+    # -- one cycle
+    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+        raise NotImplementedError
+
+    def accept(self, tree: DraftTree, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
+               gen: torch.Generator) -> tuple[list[int], int]:
+        """The lossless rule (docs/algorithms.md §7): greedy, SpecInfer's rule for sampled
+        siblings, or the top-k rule for deterministic ones. Returns (accepted verify positions, bonus)."""
+        toks = vb.tokens.tolist()
+        if sp.greedy:
+            return V.greedy(toks, vb.children, logits)
+        if tree.sampled_drafts:
+            return V.specinfer(toks, vb.children, logits, [tree.draft_dists.get(p) for p in vb.pool_idx], sp, gen)
+        return V.topk_sampling(toks, vb.children, logits, sp, gen)
+
+    # -- reporting
+    @property
+    def lossy(self) -> bool:
+        return False
+
+    def lossy_note(self, greedy: bool) -> str | None:
+        """A line for the user before any output, where the policy can depart from the target."""
+        return None
+
+    def summary_stats(self) -> dict:
+        return {}
+
+
+class TreeBuilder:
+    """Accumulates pool nodes of one tree; index 0 is the root."""
+
+    def __init__(self, root: int):
+        self.t = DraftTree(tokens=[root], parents=[-1], depths=[0], ranks=[0], logp=[0.0],
+                           values=[0.0], levels=[-1], kept=[True], order=[0])
+
+    def add(self, tokens, parents, depths, ranks, logp, values, level, kept=False) -> list[int]:
+        t = self.t
+        n0 = len(t.tokens)
+        t.tokens += tokens
+        t.parents += parents
+        t.depths += depths
+        t.ranks += ranks
+        t.logp += logp
+        t.values += values
+        t.levels += [level] * len(tokens)
+        t.kept += [kept] * len(tokens)
+        t.order += list(range(n0, n0 + len(tokens)))
+        return list(range(n0, n0 + len(tokens)))
+
+
+def check_int(owner: str, key: str, v, lo: int, hi: int) -> None:
+    check(isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi,
+          f"{owner}{key.replace('_', ' ')} must be an integer in [{lo}, {hi}] (got {v!r}).")

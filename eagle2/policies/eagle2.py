@@ -1,0 +1,92 @@
+"""EAGLE-2's context-aware dynamic tree (docs/algorithms.md §4): expand the best nodes
+level by level, then rerank the whole pool by path value."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from ..cycle.drafting import HeadRunner
+from ..cycle.records import TreeRecord
+from ..cycle.tree import DraftTree
+from .base import TreeBuilder, TreePolicy, check_int
+
+
+@dataclass
+class Eagle2Policy(TreePolicy):
+    """EAGLE-2: expand the top_k highest-value nodes per level for `depth` levels, then keep the
+    total_tokens - 1 highest-value nodes of the whole pool (docs/algorithms.md §4)."""
+    total_tokens: int = 60
+    depth: int = 5
+    top_k: int = 10
+    name: ClassVar[str] = "eagle2"
+
+    def validate(self) -> None:
+        for key, lo, hi in (("total_tokens", 1, 1024), ("depth", 1, 32), ("top_k", 1, 64)):
+            check_int("", key, getattr(self, key), lo, hi)
+
+    def stop_early(self, level: int, beam_values: torch.Tensor, tree: DraftTree) -> bool:
+        """Called before draft call `level + 1`; True ends the expansion. EAGLE-2 always expands to
+        full depth (DDD and the auto budget override this)."""
+        return False
+
+    def new_record(self) -> TreeRecord | None:
+        """The policy's typed record for a new tree (variants that log their decisions)."""
+        return None
+
+    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+        k = self.top_k
+        b = TreeBuilder(root)
+        b.t.record = self.new_record()
+        v, ids = runner.topk(runner.root_logp, k)
+        kk = v.numel()
+        beam = b.add(ids.tolist(), [0] * kk, [1] * kk, list(range(kk)), v.tolist(), v.tolist(), level=0)
+        beam_vals = v
+        beam_g = runner.root_g.expand(kk, -1)
+        beam_parent_slots = [-1] * kk
+        b.t.beam.append(beam)
+        b.t.beam_mass.append(float(torch.logsumexp(beam_vals, 0)))
+        for level in range(1, self.depth + 1):
+            if self.stop_early(level, beam_vals, b.t):
+                break
+            g, lp, slots = runner.run([b.t.tokens[i] for i in beam], beam_g, beam_parent_slots,
+                                      [b.t.depths[i] for i in beam])
+            cv, cid = runner.topk(lp, k)                       # [beam, k]
+            cand_vals = beam_vals[:, None] + cv                # path values of all children
+            nb, kc = cand_vals.shape
+            idx = b.add(cid.flatten().tolist(), [beam[r] for r in range(nb) for _ in range(kc)],
+                        [b.t.depths[beam[0]] + 1] * (nb * kc), list(range(kc)) * nb,
+                        cv.flatten().tolist(), cand_vals.flatten().tolist(), level=level)
+            if level == self.depth:
+                break
+            sel = cand_vals.flatten().topk(min(k, nb * kc)).indices  # global top-k across the level
+            rows = sel // kc
+            beam = [idx[j] for j in sel.tolist()]
+            beam_vals = cand_vals.flatten()[sel]
+            beam_g = g[rows]
+            beam_parent_slots = [slots[r] for r in rows.tolist()]
+            b.t.beam.append(beam)
+            b.t.beam_mass.append(float(torch.logsumexp(beam_vals, 0)))
+        b.t.draft_calls = runner.calls
+        self.keep(b.t)
+        return b.t
+
+    def keep(self, t: DraftTree) -> None:
+        """Mark the nodes the target verifies (EAGLE-2: the best total_tokens - 1 of the pool)."""
+        self.rerank(t, self.total_tokens)
+
+    @staticmethod
+    def rerank(t: DraftTree, total_tokens: int) -> None:
+        """Keep the total_tokens-1 best non-root nodes by value (ties: shallower, then earlier),
+        then close the set under parents."""
+        n = len(t.tokens) - 1
+        keep = min(total_tokens - 1, n)
+        if keep > 0:
+            vals = np.asarray(t.values[1:])
+            depths = np.asarray(t.depths[1:])
+            order = np.lexsort((np.arange(n), depths, -vals))[:keep]
+            for j in order:
+                t.kept[j + 1] = True
+        t.close_under_parents()

@@ -1,0 +1,85 @@
+"""The one registry of tree policies: name -> class. The CLI, the benchmark and the page all read it.
+
+Adding a policy is one module in this package (a TreePolicy subclass) plus one line below. Entries
+name their class as "module:Class" and load on first use, so listing the policies (the page's
+dropdowns, --help) imports no torch. "plain" (no tree) is not a policy: decoders take it by name.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import UserError
+
+# name: ("module:Class", one line for people)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "eagle2": ("eagle2:Eagle2Policy", "EAGLE-2: a context-aware dynamic tree (expand the best nodes, keep the "
+                                      "N best of the pool)."),
+    "eagle2-auto": ("auto:AutoBudgetPolicy", "EAGLE-2 whose N and depth are chosen every cycle from this "
+                                             "machine's measured costs (N and depth become caps)."),
+    "eagle2-auto-n": ("auto:AutoBudgetNPolicy", "the auto budget choosing N only, at a fixed depth."),
+    "static": ("static:StaticPolicy", "EAGLE-1's fixed 25-node tree, the same shape whatever the context."),
+    "ddd": ("ddd:DDDPolicy", "EAGLE-2 that stops expanding when the beam's draft mass is low (DDD)."),
+    "dyspec": ("dyspec:DySpecPolicy", "a greedy tree of sampled drafts grown from a max-heap (DySpec)."),
+    "lantern": ("lantern:LanternPolicy", "static tree with relaxed acceptance, LOSSY (LANTERN++); its first "
+                                         "use builds a neighbour index (minutes on a CPU)."),
+}
+
+DEFAULT = "eagle2"               # what the page and `generate` run unless told otherwise
+BASELINE = "static"             # the static-tree baseline (EAGLE-1) the page races against
+HARDWARE_AWARE = "eagle2-auto"  # the policy the page suggests where a fixed tree costs more than it returns
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def describe(name: str) -> str:
+    return REGISTRY[name][1]
+
+
+def policy_class(name: str):
+    key = (name or "").lower()
+    if key not in REGISTRY:
+        raise UserError(f"Unknown policy {name!r}: choose plain, {', '.join(REGISTRY)}.")
+    mod, cls = REGISTRY[key][0].split(":")
+    return getattr(importlib.import_module(f".{mod}", __package__), cls)
+
+
+def make_policy(name: str, total_tokens=None, depth=None, top_k=None, **own):
+    """A validated policy from the common tree flags (None = its default) and its own parameters."""
+    p = policy_class(name).from_options(total_tokens=total_tokens, depth=depth, top_k=top_k, **own)
+    p.validate()
+    return p
+
+
+def all_options() -> list[tuple[str, object]]:
+    """(policy name, Option) for every policy's own parameters, in registry order."""
+    return [(n, o) for n in REGISTRY for o in policy_class(n).options]
+
+
+def add_cli_args(p) -> None:
+    g = p.add_argument_group("policy parameters (" + ", ".join(n for n in REGISTRY if policy_class(n).options) + ")")
+    for _, o in all_options():
+        g.add_argument(o.flag, type=o.type, default=None, help=o.help)
+
+
+def cli_kwargs(policy: str, a, strict: bool = True) -> dict:
+    """The policy's own parameters from parsed flags (only those given), validated by building
+    the policy. With strict (generate), flags of another policy are an error, so a typo'd
+    combination is not silently ignored; a command running several policies passes
+    strict=False and each policy takes only its own flags."""
+    name = (policy or "").lower()
+    out = {}
+    for pol, o in all_options():
+        v = getattr(a, o.flag.lstrip("-").replace("-", "_"), None)
+        if v is None:
+            continue
+        if pol != name:
+            if not strict:
+                continue
+            raise UserError(f"{o.flag} applies to --policy {pol}, not {policy!r}.")
+        out[o.field] = v
+    if name in REGISTRY:  # fail fast, before a model is loaded
+        make_policy(name, total_tokens=getattr(a, "total_tokens", None), depth=getattr(a, "depth", None),
+                    top_k=getattr(a, "top_k", None), **out)
+    return out

@@ -1,0 +1,100 @@
+"""`python -m eagle2 generate|fetch|bench|train|profile ...`: the command-line entry points.
+
+A UserError (bad input, missing weights) prints one clear line on stderr and exits 2, never a
+traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from ..errors import UserError
+from ..model.weights import DEFAULT_PRESET
+from ..policies.registry import DEFAULT
+from .flags import add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads, sampling_from
+
+TOOLS = ("bench", "train", "profile")  # sub-commands with parsers of their own
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m eagle2", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    g = sub.add_parser("generate", help="decode one prompt with a policy")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--policy", default=DEFAULT,
+                   help="plain or a tree policy: eagle2, eagle2-auto (N and depth chosen per cycle from measured "
+                        "costs; --total-tokens and --depth are its caps), static, ddd, dyspec, lantern, ...")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--raw", action="store_true", help="no chat template")
+    g.add_argument("--trace-out", default=None, help="write the step trace JSON here")
+    g.add_argument("--json", action="store_true", help="last stdout line: one JSON summary object")
+    add_sampling_args(g)
+    add_tree_args(g)
+    add_policy_args(g)
+    add_model_args(g)
+
+    f = sub.add_parser("fetch", help="fetch and convert the embedded default model (once)")
+    f.add_argument("--target", default=DEFAULT_PRESET)
+
+    for name in TOOLS:
+        s = sub.add_parser(name, help=f"see python -m eagle2 {name} --help", add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+    return ap
+
+
+def cmd_generate(a) -> int:
+    from ..cycle.decoder import Decoder
+    from ..model.loading import load_bundle
+    from ..policies.registry import cli_kwargs
+
+    sp = sampling_from(a)
+    own = cli_kwargs(a.policy, a)  # --ddd-*/--dyspec-*/--lantern-* flags, checked before loading
+    apply_threads(a)
+    bundle = load_bundle(a.target, a.head, a.device, a.dtype)
+    dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
+                  total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)
+    note = dec.policy.lossy_note(sp.greedy) if dec.policy is not None else None
+    if note:  # LANTERN: say whether it is lossy before any output
+        print(note, file=sys.stderr)
+    dec.start(a.prompt, raw=a.raw)
+    while dec.finished is None:
+        st = dec.step()
+        if not a.json:
+            print(st.text_delta, end="", flush=True)
+    if a.trace_out:
+        dec.trace.save(a.trace_out)
+    s = dec.summary()
+    if a.json:
+        print(json.dumps(s))
+    else:
+        print(f"\n\n[{s['policy']}] {s['new_tokens']} tokens, {s['target_forwards']} target forwards, "
+              f"tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+    return 0
+
+
+def cmd_fetch(a) -> int:
+    from ..model.weights import resolve_target
+    print(resolve_target(a.target))
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv and argv[0] in TOOLS:
+            return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
+        a = build_parser().parse_args(argv)
+        if a.cmd == "generate":
+            return cmd_generate(a)
+        if a.cmd == "fetch":
+            return cmd_fetch(a)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 1

@@ -1,0 +1,51 @@
+"""Command-line flag groups shared by generate, bench, profile and train: defined once here."""
+from __future__ import annotations
+
+import argparse
+
+from ..model.weights import DEFAULT_PRESET
+
+
+def add_model_args(p: argparse.ArgumentParser, head: bool = True, dtype: bool = True) -> None:
+    p.add_argument("--target", default=DEFAULT_PRESET, help="preset, local folder or Hugging Face id")
+    if head:
+        p.add_argument("--head", default=None, help="EAGLE head folder or id; 'random' for an untrained head "
+                                                    "(default: the preset's shipped head)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    if dtype:
+        p.add_argument("--dtype", default=None, help="float32 (CPU default), bfloat16 (CUDA default), float16")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+
+
+def add_tree_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--total-tokens", type=int, default=None, help="N: tokens the target verifies per cycle")
+    p.add_argument("--depth", type=int, default=None, help="expansion levels of the dynamic tree")
+    p.add_argument("--top-k", type=int, default=None, help="children per expanded node and beam width")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k-sampling", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_policy_args(p: argparse.ArgumentParser) -> None:
+    """Every registered policy's own parameters (--ddd-*, --dyspec-*, --lantern-*)."""
+    from ..policies.registry import add_cli_args
+    add_cli_args(p)
+
+
+def sampling_from(a):
+    from ..cycle.sampling import SamplingParams
+    sp = SamplingParams(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k_sampling, seed=a.seed)
+    sp.validate()
+    return sp
+
+
+def apply_threads(a) -> None:
+    if getattr(a, "threads", 0):
+        import torch
+        from ..errors import check
+        check(a.threads >= 1, f"--threads must be >= 1 (got {a.threads}).")
+        torch.set_num_threads(a.threads)

@@ -1,0 +1,127 @@
+"""`python -m eagle2 profile`: how close the engine runs to this machine's floor.
+
+Measures memory bandwidth (a large tensor copy), the one-token target forward against its floor
+(weight bytes / bandwidth), verification cost t(N) relative to one token, and one draft-head call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..model.llama import Linear
+from ..model.loading import load_bundle
+from ..model.timing import measure_verify_times, sync
+from .flags import add_model_args, apply_threads
+
+
+def bandwidth_gbs(dev, mb: int = 1024, repeats: int = 5) -> float:
+    """Copy bandwidth: bytes read + written per second, best of repeats."""
+    n = mb * (1 << 20) // 4
+    a = torch.ones(n, device=dev)
+    b = torch.empty_like(a)
+    best = float("inf")
+    for _ in range(repeats):
+        sync(dev)
+        t0 = time.perf_counter()
+        b.copy_(a)
+        sync(dev)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * a.numel() * 4 / best / 1e9
+
+
+@torch.no_grad()
+def draft_call_s(bundle, k: int = 10, context: int = 256, repeats: int = 10) -> float:
+    head, dev = bundle.head, bundle.device
+    cache = head.new_cache(context + k + 1)
+    cache.length = context
+    g = torch.randn(k, head.args.dim, device=dev, dtype=bundle.dtype)
+    toks = torch.randint(0, head.args.vocab_size, (k,), device=dev)
+    pos = torch.full((k,), context, device=dev)
+    mask = torch.eye(k, dtype=torch.bool, device=dev)
+    times = []
+    for r in range(repeats + 1):
+        sync(dev)
+        t0 = time.perf_counter()
+        out = head.forward_cached(cache, g, toks, pos, context, mask)
+        head.draft_logprobs(out).topk(k, dim=-1)
+        sync(dev)
+        if r:
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+@torch.no_grad()
+def packed_vs_plain(bundle, grid=(1, 2, 4, 8, 16, 32, 64), context: int = 256, repeats: int = 7) -> dict:
+    """Target forward + logits for N tokens with the prepacked weights and with plain matmuls,
+    interleaved repeat by repeat in one process (fair against machine drift): median seconds."""
+    tgt, dev = bundle.target, bundle.device
+    mods = [m for m in tgt.modules() if isinstance(m, Linear)]
+    packs = [m.packed for m in mods]
+    cache = tgt.new_cache(context + max(grid) + 1)
+    tgt.forward_cached(cache, torch.randint(0, tgt.args.vocab_size, (context,), device=dev),
+                       torch.arange(context, device=dev))
+    cache.advance(context)
+    out = {}
+    try:
+        for n in grid:
+            toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
+            pos = torch.arange(context, context + n, device=dev)
+            mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if n > 1 else None
+            times = {"packed": [], "plain": []}
+            for r in range(repeats + 1):
+                for kind in times:
+                    for m, p in zip(mods, packs):
+                        m.packed = p if kind == "packed" else None
+                    sync(dev)
+                    t0 = time.perf_counter()
+                    tgt.logits(tgt.forward_cached(cache, toks, pos, mask))
+                    sync(dev)
+                    if r:
+                        times[kind].append(time.perf_counter() - t0)
+            med = {k: float(np.median(v)) for k, v in times.items()}
+            out[n] = {**med, "plain_over_packed": med["plain"] / med["packed"]}
+    finally:
+        for m, p in zip(mods, packs):
+            m.packed = p
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eagle2 profile", description=__doc__)
+    add_model_args(ap)
+    ap.add_argument("--no-pack", action="store_true",
+                    help="plain matmuls, without the prepacked CPU weights (the before of a before/after)")
+    ap.add_argument("--compare-pack", action="store_true",
+                    help="also time forwards with and without the prepacked weights, interleaved")
+    ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    a = ap.parse_args(argv)
+    apply_threads(a)
+    b = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
+    weight_bytes = sum(p.numel() * p.element_size() for p in b.target.parameters())
+    bw = bandwidth_gbs(b.device)
+    t = measure_verify_times(b, grid=(1, 2, 4, 8, 16, 32, 64))
+    floor = weight_bytes / (bw / 2 * 1e9)  # a forward reads every weight once: read bandwidth = copy/2
+    res = {
+        "device": str(b.device), "threads": torch.get_num_threads(), "dtype": str(b.dtype),
+        "packed_weights": b.packed,
+        "weight_bytes": weight_bytes, "copy_bandwidth_gbs": bw, "read_floor_one_token_s": floor,
+        "one_token_forward_s": t[1], "forward_over_floor": t[1] / floor,
+        "verify_s": t, "verify_over_one_token": {n: v / t[1] for n, v in t.items()},
+        "draft_call_k10_s": draft_call_s(b),
+        "draft_vocab": None if b.head.draft_ids is None else int(b.head.draft_ids.numel()),
+    }
+    if a.compare_pack:
+        if not b.packed:
+            print("note: no prepacked weights here (not CPU fp32, or --no-pack): nothing to compare")
+        else:
+            res["packed_vs_plain_s"] = packed_vs_plain(b)
+    print(json.dumps(res, indent=2))
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(res, indent=2))
+    return 0

@@ -1,0 +1,129 @@
+"""The project's shape, checked: no import cycles inside eagle2/, layers that point one way (the
+engine imports nothing of viz or the page), the trace reader and viz free of torch, and one
+registry that is the only place naming a policy."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = ROOT / "eagle2"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Modules a file imports (module level and inside functions), relative imports resolved."""
+    mod = module_name(path)
+    pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            out.add(target)
+            out |= {f"{target}.{a.name}" for a in node.names}  # `from . import verify` names a module
+    return out
+
+
+def engine_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in ENGINE.rglob("*.py")}
+    graph = {}
+    for m, p in files.items():
+        deps = set()
+        for imp in imports_of(p):
+            while imp and imp not in files:  # `pkg.mod.name` -> `pkg.mod`
+                imp = imp.rpartition(".")[0]
+            if imp and imp != m and not files[imp].name == "__init__.py":
+                deps.add(imp)
+        graph[m] = deps
+    return graph
+
+
+def test_no_import_cycle_in_the_engine():
+    graph = engine_graph()
+    assert len(graph) > 20
+    state: dict[str, int] = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in graph[m]:
+            if state.get(d) == 1:
+                pytest.fail("import cycle: " + " -> ".join(stack[stack.index(d):] + [m, d]))
+            if d not in state:
+                visit(d, stack + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+def test_engine_imports_nothing_of_viz_or_the_page():
+    for p in ENGINE.rglob("*.py"):
+        bad = {i for i in imports_of(p) if i.split(".")[0] in ("viz", "ui", "app", "gradio", "plotly")}
+        assert not bad, f"{p.relative_to(ROOT)} imports {bad}"
+
+
+def test_viz_imports_no_engine_code_but_the_trace_types():
+    allowed = {"eagle2", "eagle2.errors", "eagle2.cycle", "eagle2.cycle.trace", "eagle2.cycle.tree",
+               "eagle2.cycle.records"}
+    for p in (ROOT / "viz").rglob("*.py"):
+        bad = {i for i in imports_of(p) if i.split(".")[0] in ("eagle2", "torch", "ui", "app")
+               and i.rpartition(".")[0] not in allowed and i not in allowed}
+        assert not bad, f"{p.relative_to(ROOT)} imports {bad}"
+
+
+def test_trace_reader_and_viz_import_without_torch():
+    code = ("import sys; import eagle2.cycle.trace, viz, viz.report; "
+            "bad = [m for m in ('torch', 'transformers', 'gradio') if m in sys.modules]; "
+            "print(bad); raise SystemExit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_only_the_registry_names_policies():
+    """Outside eagle2/policies/ (and tests), no module spells a policy's name as a string."""
+    from eagle2.policies.registry import names
+    pols = set(names()) - {"eagle2"}  # "eagle2" is also the package's name; checked below
+    files = [p for d in ("eagle2", "viz", "ui") if (ROOT / d).is_dir() for p in (ROOT / d).rglob("*.py")
+             if "policies" not in p.parts] + [ROOT / "app.py"]
+    for p in files:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in pols:
+                pytest.fail(f"{p.relative_to(ROOT)}:{node.lineno} names the policy {node.value!r}")
+    dec = imports_of(ENGINE / "cycle" / "decoder.py")
+    assert not {i for i in dec if i.startswith("eagle2.policies.") and
+                i.split(".")[2] not in ("base", "registry")}, "the decoder imports a specific policy"
+
+
+def test_every_registered_policy_implements_the_interface():
+    from eagle2.policies.base import TreePolicy
+    from eagle2.policies.registry import make_policy, names, policy_class
+    flags = set()
+    for n in names():
+        cls = policy_class(n)
+        assert issubclass(cls, TreePolicy) and cls.name == n
+        assert cls.draft is not TreePolicy.draft, f"{n} does not draft"
+        p = make_policy(n)
+        assert p.total_tokens >= 1 and isinstance(p.params(), dict) and isinstance(p.summary_stats(), dict)
+        assert isinstance(p.lossy, bool)
+        for o in cls.options:
+            assert o.flag not in flags, f"flag {o.flag} defined twice"
+            flags.add(o.flag)

@@ -1,0 +1,121 @@
+"""The engine's lockstep race (eagle2/cycle/race.py) on the real default model, without the page:
+greedy decoders that agree token for token, side-by-side previews numbered like the main cycle
+they share, settings that apply from the next cycle, and each decoder timed on its own work."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle2.cycle.race import Race, RaceSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = RaceSettings(total_tokens=10, depth=3, top_k=4, max_new_tokens=40)
+
+
+def race(bundle, prompt: str, ticks: int, **kw) -> Race:
+    r = Race()
+    r.start(bundle, prompt, SMALL.with_(**kw))
+    for _ in range(ticks):
+        r.tick()
+    return r
+
+
+def drafted(r: Race) -> list:
+    return [s for s in r.main.trace.steps if s.tree is not None]
+
+
+def test_the_race_imports_no_gradio():
+    code = ("import sys, eagle2.cycle.race\n"
+            "assert 'gradio' not in sys.modules, sorted(m for m in sys.modules if m.startswith('gradio'))\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_greedy_lockstep_gives_identical_tokens(real_bundle):
+    r = race(real_bundle, "Write a short story about a lighthouse keeper.", 3, max_new_tokens=20)
+    m, c, p = r.decoders
+    assert r.finished is None
+    assert r.labels() == ("eagle2", "static", "plain")
+    n = len(m.generated)
+    assert n >= 4                                                    # prefill token + at least one per cycle
+    assert c.generated[:n] == m.generated and p.generated == m.generated   # plain stops exactly at the goal
+    assert len(c.generated) >= n                                     # the comparison caught up (may overshoot)
+    while not r.finished:                                            # to the end: all three agree in full
+        r.tick()
+    assert r.finished in ("max_new_tokens", "eos")
+    assert m.generated == c.generated == p.generated
+    assert r.finished == "eos" or len(m.generated) == 20
+    lengths = [len(d.trace.steps) for d in r.decoders]
+    r.tick()                                                         # a finished race ticks no more
+    assert [len(d.trace.steps) for d in r.decoders] == lengths
+
+
+def test_previews_are_numbered_like_the_main_cycle_they_share(real_bundle):
+    r = race(real_bundle, "Name three rivers in Europe.", 4)
+    steps = drafted(r)
+    assert sorted(r.previews) == [s.cycle for s in steps] == [1, 2, 3, 4]
+    for s in steps:
+        pv = r.previews[s.cycle]
+        assert pv.cycle == s.cycle and pv.root == s.root == s.tree.tokens[0]   # same context
+        assert pv.policy == r.cmp.policy_name == "static" and s.policy == "eagle2"
+        assert pv.tree is not None and pv.cumulative == {}                     # drafted, not committed
+    # previews commit nothing: without them the main decoder drafts the same trees, keeps the same tokens
+    off = race(real_bundle, "Name three rivers in Europe.", 2, side_by_side=False)
+    assert off.previews == {} and len(drafted(off)) == 2
+    assert [s.tree.tokens for s in drafted(off)] == [s.tree.tokens for s in steps[:2]]
+    assert r.main.generated[:len(off.main.generated)] == off.main.generated
+
+
+def test_settings_applied_mid_run_take_effect_next_cycle(real_bundle):
+    r = race(real_bundle, "Say hello.", 1)
+    kept_policy = r.main.policy
+    assert r.apply(r.settings) == []                                 # nothing changed
+    assert r.apply(r.settings.with_(temperature=0.0, top_p=1.0)) == []
+    notes = r.apply(r.settings.with_(policy="static", compare="eagle2", temperature=0.5, seed=3))
+    assert notes == ["The new seed applies when a prompt starts (Reset)."]
+    assert r.main.policy is not kept_policy
+    assert all(d.sampling.temperature == 0.5 for d in r.decoders)
+    assert r.settings.policy == "static"
+    r.tick()
+    steps = r.main.trace.steps
+    assert [s.policy for s in steps[1:]] == ["eagle2", "static"]
+    assert r.previews[1].policy == "static" and r.previews[2].policy == "eagle2"
+    assert r.labels() == ("static", "eagle2", "plain")
+    # sampling-only changes keep the tree policy's object (and what it has learnt)
+    same = r.main.policy
+    r.apply(r.settings.with_(temperature=0.0))
+    assert r.main.policy is same
+    # a max-new-tokens below what is already generated is refused with a note
+    have = len(r.main.generated)
+    notes = r.apply(r.settings.with_(max_new_tokens=1))
+    assert any(f"{have} tokens are already generated" in n for n in notes)
+    assert r.main.max_new_tokens == SMALL.max_new_tokens
+    r.apply(r.settings.with_(max_new_tokens=have + 1))
+    r.tick()
+    assert r.finished == "max_new_tokens" and len(r.main.generated) == have + 1
+
+
+def test_each_decoder_is_timed_on_its_own(real_bundle):
+    t0 = time.perf_counter()
+    r = race(real_bundle, "Write a haiku about autumn leaves.", 3)
+    elapsed = time.perf_counter() - t0
+    walls = []
+    for d in r.decoders:
+        total = sum(s.timings["total_s"] for s in d.trace.steps)
+        assert d.wall == pytest.approx(total, rel=1e-9, abs=1e-12)    # its own steps' work, nothing else
+        assert d.trace.steps[-1].cumulative["wall_s"] == pytest.approx(d.wall)
+        walls.append(d.wall)
+    assert len(set(walls)) == 3 and all(w > 0 for w in walls)
+    # the three ran one after another, each clock stopped while the others worked
+    assert sum(walls) <= elapsed
+    # previews are timed apart and never added to the main decoder's clock
+    m = r.main
+    assert m.split["verify_s"] == pytest.approx(sum(s.timings["verify_s"] for s in m.trace.steps))
+    assert all(pv.timings["verify_s"] > 0 for pv in r.previews.values())
+    # forward passes: one per cycle each (plain: one per token); previews' forwards are not counted
+    assert m.target_forwards == m.cycle and r.plain.target_forwards == len(r.plain.generated)

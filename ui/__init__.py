@@ -1,0 +1,18 @@
+"""The Gradio page, in parts.
+
+    model.py      the model, loaded once per process in a background thread (MODEL)
+    session.py    a browser session: the engine's lockstep race plus Stop, view and export
+    view.py       what a dashboard shows: a live session or a recorded trace
+    dashboard.py  the dashboard's components and their rendering, keyed by output name
+    handlers.py   the event handlers (plain functions returning {output name: value})
+    wiring.py     binds a handler's named outputs to a tab's components
+    help.py       the controls' help texts (the policies' from the engine's registry)
+    traces.py     shipped traces and example prompts; recording the traces
+    threads.py    CPU threads for torch
+    tabs/         one builder per tab: live.py, replay.py, explain.py
+    page.py       the page (header, model info, tabs), launch()
+    style.css     the page's CSS (viz.tokens.TOKEN_CSS is prepended)
+    screenshot.py refreshes docs/screenshot.png in a real browser
+
+model, session, view, traces and threads import no Gradio.
+"""

@@ -1,0 +1,25 @@
+"""The controls' help texts. The policies' come from the engine's registry, so a new policy
+brings its own line and the page never names one."""
+from __future__ import annotations
+
+from eagle2.policies.registry import describe, names
+
+HELP = {
+    "compare": "Runs in lockstep with the selected policy; its tree for the same cycle is drawn alongside.",
+    "total_tokens": "N: tokens the target verifies per cycle (root + the N-1 best drafted nodes).",
+    "depth": "Expansion levels after the first: the tree reaches depth + 1.",
+    "top_k": "Children per expanded node and the beam width (nodes expanded per level).",
+    "temperature": "0 = greedy (output identical to plain decoding). Above 0: sampled, same distribution.",
+    "top_p": "Nucleus sampling: keep the smallest set of tokens with this much probability.",
+    "seed": "Seeds the samplers; applies when a prompt starts (Step on a new prompt, or Reset).",
+    "max_new_tokens": "Generation stops here (or at end-of-sequence).",
+    "side_by_side": "Costs one extra draft + verify per step (not timed).",
+    "colour_by": "Path value = product of draft probabilities from the root (≈ chance of acceptance); "
+                 "draft prob = the node's own.",
+    "examples": "By category; picks fill the prompt box.",
+}
+
+
+def policy_help() -> str:
+    """The policy dropdown's help: what a policy is, then one line per registered policy."""
+    return " ".join(["How the draft tree is built."] + [f"{n} — {describe(n)}" for n in names()])

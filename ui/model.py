@@ -1,0 +1,92 @@
+"""The model: loaded once per process, in a background thread, while the page already serves."""
+from __future__ import annotations
+
+import threading
+import time
+
+from eagle2.errors import UserError
+
+
+class ModelHolder:
+    """Loads the Bundle once, in the background, and tells the page how it is going."""
+
+    def __init__(self):
+        self.bundle = None
+        self.error: str | None = None
+        self.warning: str | None = None
+        self.stage = "not started"
+        self.t0 = None
+        self.elapsed = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.options: dict = {}
+
+    def start(self, target=None, head=None, device="cpu", dtype=None) -> None:
+        if self._thread is not None or self.bundle is not None:
+            return
+        self.options = dict(target=target, head=head, device=device, dtype=dtype)
+        self.t0 = time.time()
+        self.stage = "starting"
+        self._thread = threading.Thread(target=self._load, name="eagle2-model-loader", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            self.stage = "importing the engine (torch)"
+            from eagle2.model.loading import load_bundle
+            opts = dict(self.options)
+            self.stage = "loading the target model and the draft head"
+            try:
+                b = load_bundle(**opts)
+            except UserError as e:
+                if not str(opts.get("device") or "cpu").startswith("cuda"):
+                    raise
+                self.warning = f"{e} Running on CPU instead."
+                opts["device"], opts["dtype"] = "cpu", None
+                b = load_bundle(**opts)
+            self.stage = "warming up (token table)"
+            b.token_texts([0])
+            self.set(b)
+        except Exception as e:  # shown in the page; the replay tab keeps working
+            self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
+            self.stage = "failed"
+            self._done.set()
+
+    def set(self, bundle) -> None:
+        """Use an already loaded bundle (tests, the trace recorder)."""
+        self.bundle = bundle
+        self.stage = "ready"
+        self.elapsed = time.time() - self.t0 if self.t0 else 0.0
+        self._done.set()
+
+    @property
+    def ready(self) -> bool:
+        return self.bundle is not None
+
+    def get(self, timeout: float = 600.0):
+        if self.bundle is None and self._thread is None and self.error is None:
+            self.start(**self.options) if self.options else self.start()
+        if not self._done.wait(timeout):
+            raise UserError(f"The model is still loading ({self.stage}); try again in a moment.")
+        if self.bundle is None:
+            raise UserError(f"The model could not be loaded: {self.error}")
+        return self.bundle
+
+    def info_md(self) -> str:
+        if self.bundle is not None:
+            b = self.bundle
+            dev = f"{b.device.type}" + (f" · {b.dtype}".replace("torch.", "") if b.dtype is not None else "")
+            head = b.head_name
+            if "random" in head:
+                head += " — acceptance is near zero until a trained head is installed"
+            warn = f'<span class="warnbadge">⚠ {self.warning}</span> ' if self.warning else ""
+            return (f'{warn}<span class="okdot">●</span> <b>{b.name.split(" (")[0]}</b> on <b>{dev}</b> · '
+                    f"draft head: {head} · ready in {self.elapsed or 0:.1f} s")
+        if self.error:
+            return f'<span class="errbadge">✖ model failed to load: {self.error}</span> — Replay still works.'
+        el = time.time() - self.t0 if self.t0 else 0.0
+        return (f'<span class="loaddot">●</span> Loading the model: {self.stage} … {el:.0f} s. '
+                f"Meanwhile the page shows a recorded trace.")
+
+
+MODEL = ModelHolder()

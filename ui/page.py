@@ -1,0 +1,82 @@
+"""The page: header, model status, the three tabs; and serving it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from eagle2.errors import UserError
+from viz.tokens import TOKEN_CSS
+
+from .dashboard import render
+from .handlers import REPLAY_SOURCE, live_status, on_explain, trace_info
+from .model import MODEL
+from .tabs.explain import build_explain_tab
+from .tabs.live import build_live_tab
+from .tabs.replay import build_replay_tab
+from .traces import load_view, shipped_traces
+
+CSS = TOKEN_CSS + (Path(__file__).resolve().parent / "style.css").read_text(encoding="utf-8")
+TITLE = "EAGLE-2, step by step"
+HEADER = (f"<h1>{TITLE}</h1><p>Speculative decoding with a context-aware dynamic draft tree: a small draft "
+          "head proposes a tree of tokens, the target model checks them all in one forward pass and keeps the "
+          "longest correct path.</p>")
+THEME = dict(primary_hue="blue", neutral_hue="slate", font=["Inter", "Segoe UI", "Helvetica", "Arial", "sans-serif"])
+
+
+def model_status():
+    """The model line, and the timer that refreshes it (stopped once the model is loaded or failed)."""
+    return MODEL.info_md(), gr.Timer(active=not (MODEL.ready or MODEL.error))
+
+
+def on_page_load():
+    if MODEL.warning:
+        gr.Warning(MODEL.warning)
+    return model_status()
+
+
+def build_app(preload_trace: bool = True) -> gr.Blocks:
+    traces = shipped_traces()
+    # The default recorded trace, rendered once per process: every new page shows it at once.
+    init_view, init_dash, init_info, init_ex = None, None, "", None
+    init_status = live_status(None)
+    if preload_trace and traces:
+        try:
+            init_view = load_view(next(iter(traces.values())))
+            init_dash = render(init_view)
+            init_info = trace_info(init_view)
+            init_ex = on_explain(REPLAY_SOURCE, None, init_view, None, None)
+            init_status = (f"Showing the recorded trace **{next(iter(traces))}** until you press **Step** "
+                           f"(the Replay tab has more).")
+        except UserError as e:
+            init_info = f"Could not open the default trace: {e}"
+
+    with gr.Blocks(title=TITLE) as demo:
+        sess = gr.State(None)
+        rview = gr.State(init_view)
+        with gr.Row(elem_id="header"):
+            gr.HTML(HEADER)
+        model_md = gr.HTML(MODEL.info_md(), elem_id="modelinfo")
+        timer = gr.Timer(1.0)
+
+        with gr.Tabs(selected="live"):
+            with gr.Tab("Live", id="live"):
+                build_live_tab(sess, init_dash, init_status)
+            with gr.Tab("Replay", id="replay"):
+                build_replay_tab(rview, traces, init_dash, init_info)
+            with gr.Tab("Explain a cycle", id="explain"):
+                build_explain_tab(sess, rview, init_ex)
+
+        timer.tick(model_status, None, [model_md, timer], show_progress="hidden")
+        demo.load(on_page_load, None, [model_md, timer], show_progress="hidden")
+    return demo
+
+
+def launch(host: str = "127.0.0.1", port: int = 7860, concurrency: int = 2, block: bool = True) -> gr.Blocks:
+    """Build and serve the page (block=False returns at once: tests; close with demo.close())."""
+    demo = build_app()
+    demo.queue(default_concurrency_limit=max(1, concurrency))
+    demo.launch(server_name=host, server_port=port, ssr_mode=False, show_error=True, css=CSS,
+                theme=gr.themes.Soft(**THEME), footer_links=["gradio"], prevent_thread_lock=not block,
+                quiet=not block)
+    return demo

@@ -1,0 +1,82 @@
+"""The Live tab: a prompt, the tree and generation settings, Step / Run / Stop / Reset, and the
+dashboard of the three decoders racing in lockstep."""
+from __future__ import annotations
+
+import gradio as gr
+
+from eagle2.policies.registry import names as policy_names
+
+from .. import handlers as h
+from ..dashboard import DASH, build_dashboard
+from ..help import HELP, policy_help
+from ..session import DEFAULTS
+from ..traces import load_examples
+from ..wiring import on
+
+COLOUR_CHOICES = ["path value", "draft prob"]
+
+
+def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str) -> tuple[dict, dict]:
+    """The tab's contents (call inside `with gr.Tab(...)`). Returns its controls and its outputs
+    (LIVE: the session, the status line and the dashboard), each keyed by name."""
+    examples = load_examples()
+    ex_choices = [f"{cat} · {p}" for cat, ps in examples.items() for p in ps]
+    ex_map = dict(zip(ex_choices, [p for ps in examples.values() for p in ps]))
+    pols = policy_names()
+    d = DEFAULTS
+    c: dict = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=340):
+            c["prompt"] = gr.Textbox(label="Prompt (chat message)", lines=4, elem_id="prompt",
+                                     placeholder="Ask the model something…")
+            c["example"] = gr.Dropdown(choices=ex_choices, value=None, label="Example prompts",
+                                       elem_id="examples", info=HELP["examples"])
+            with gr.Row(elem_classes=["controls"]):
+                c["step"] = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=70)
+                c["run"] = gr.Button("Run", variant="secondary", elem_id="run-btn", min_width=70)
+                c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=70)
+                c["reset"] = gr.Button("Reset", elem_id="reset-btn", min_width=70)
+            with gr.Accordion("Tree settings", open=True):
+                c["policy"] = gr.Dropdown(pols, value=d.policy, label="Tree policy", info=policy_help(),
+                                          elem_id="policy")
+                c["compare"] = gr.Dropdown(pols, value=d.compare, label="Compare with", info=HELP["compare"],
+                                           elem_id="compare")
+                c["total_tokens"] = gr.Slider(2, 256, value=d.total_tokens, step=1, label="Total tokens N",
+                                              info=HELP["total_tokens"])
+                c["depth"] = gr.Slider(1, 12, value=d.depth, step=1, label="Depth d", info=HELP["depth"])
+                c["top_k"] = gr.Slider(1, 20, value=d.top_k, step=1, label="Top-k", info=HELP["top_k"])
+            with gr.Accordion("Generation settings", open=False):
+                c["temperature"] = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature",
+                                             info=HELP["temperature"])
+                c["top_p"] = gr.Slider(0.05, 1, value=d.top_p, step=0.05, label="Top-p", info=HELP["top_p"])
+                c["seed"] = gr.Number(d.seed, precision=0, label="Seed", info=HELP["seed"])
+                c["max_new_tokens"] = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="Max new tokens",
+                                                info=HELP["max_new_tokens"])
+            with gr.Accordion("Display", open=True):
+                c["side_by_side"] = gr.Checkbox(d.side_by_side,
+                                                label="Draw the comparison policy's tree on the same context",
+                                                info=HELP["side_by_side"])
+                c["colour_by"] = gr.Radio(COLOUR_CHOICES, value=COLOUR_CHOICES[0], label="Colour nodes by",
+                                          info=HELP["colour_by"])
+                c["show_dropped"] = gr.Checkbox(False, label="Show nodes dropped by the rerank (faded)",
+                                                elem_id="show-dropped")
+            with gr.Accordion("Downloads", open=False):
+                c["export"] = gr.Button("Export trace (JSON), table (CSV), tree (HTML)")
+                c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
+        with gr.Column(scale=4):
+            status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner"])
+            dash = build_dashboard("live", init_dash)
+    out = {"session": sess, "status": status, **dash}
+
+    controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS]
+    on(c["step"].click, h.on_step, controls, h.LIVE, out, concurrency_id="decode", api_name="step")
+    on(c["prompt"].submit, h.on_step, controls, h.LIVE, out, concurrency_id="decode", api_visibility="private")
+    on(c["run"].click, h.on_run, controls, h.LIVE, out, concurrency_id="decode", api_name="run")
+    c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
+    on(c["reset"].click, h.on_reset, [sess], h.LIVE, out, api_name="reset")
+    c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
+    redraw = [sess, dash["cycle"], c["colour_by"], c["show_dropped"]]
+    for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
+        on(event, h.on_live_view, redraw, DASH, dash, trigger_mode="always_last", show_progress="hidden")
+    c["export"].click(h.on_export_live, [sess], [c["files"]])
+    return c, out

@@ -1,0 +1,131 @@
+"""The recorded traces shipped in assets/traces (listing, loading, re-recording) and the example
+prompts."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from eagle2.cycle.trace import Trace
+
+from .session import DEFAULTS, Session, Settings
+from .view import VIZ_KEY, View
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES_DIR = ROOT / "assets" / "traces"
+EXAMPLES_FILE = ROOT / "assets" / "prompts" / "examples.json"
+DEFAULT_TRACE = "writing-greedy.json"
+
+BUILTIN_EXAMPLES = {
+    "Writing": ["Write a short poem about a city at night seen from a rooftop."],
+    "Reasoning": ["If a week from tomorrow is Sunday, what day was yesterday?"],
+    "Math": ["What is 7/8 as a percentage?"],
+    "Code": ["Write a Python function that checks whether two strings are anagrams."],
+    "Translation": ["Translate into French: 'The library opens at nine and closes at six.'"],
+}
+
+# --------------------------------------------------------------------------------------------
+# Shipped traces
+# --------------------------------------------------------------------------------------------
+_TITLES: dict[tuple, str | None] = {}
+
+
+def shipped_traces() -> dict[str, Path]:
+    """Display name -> path of the recorded traces in assets/traces (the default first)."""
+    out = {}
+    if TRACES_DIR.is_dir():
+        files = sorted(TRACES_DIR.glob("*.json"), key=lambda p: (p.name != DEFAULT_TRACE, p.name))
+        for p in files:
+            key = (str(p), p.stat().st_mtime)
+            if key not in _TITLES:
+                try:
+                    meta = json.loads(p.read_text(encoding="utf-8")).get("meta", {})
+                    _TITLES[key] = (meta.get(VIZ_KEY) or {}).get("title") or p.stem
+                except (OSError, ValueError, AttributeError):
+                    _TITLES[key] = None
+            if _TITLES[key]:
+                out[_TITLES[key]] = p
+    return out
+
+
+_TRACE_CACHE: dict[str, View] = {}
+
+
+def load_view(path) -> View:
+    """A shipped trace's View (cached: they are read-only), or any other trace file's."""
+    key = str(path)
+    if key not in _TRACE_CACHE or not key.startswith(str(TRACES_DIR)):
+        _TRACE_CACHE[key] = View.from_trace(Trace.load(path), Path(path).name)
+    return _TRACE_CACHE[key]
+
+
+def load_examples() -> dict[str, list[str]]:
+    """Category -> example prompts, from assets/prompts/examples.json (built-in ones if unreadable)."""
+    try:
+        d = json.loads(EXAMPLES_FILE.read_text(encoding="utf-8"))
+        out = {}
+        if isinstance(d, dict):
+            for cat, items in d.items():
+                if isinstance(items, str):
+                    items = [items]
+                prompts = [i if isinstance(i, str) else (i.get("prompt") or (i.get("turns") or [""])[0])
+                           for i in items if isinstance(i, (str, dict))]
+                out[str(cat)] = [p for p in prompts if p]
+        elif isinstance(d, list):
+            for i in d:
+                if isinstance(i, dict) and (i.get("prompt") or i.get("turns")):
+                    out.setdefault(str(i.get("category", "Other")), []).append(i.get("prompt") or i["turns"][0])
+        if out:
+            return out
+    except (OSError, ValueError, TypeError, AttributeError, IndexError):
+        pass
+    return BUILTIN_EXAMPLES
+
+
+# --------------------------------------------------------------------------------------------
+# Recording them (python app.py --record-traces)
+# --------------------------------------------------------------------------------------------
+_VS = f"{DEFAULTS.policy} vs {DEFAULTS.compare}"   # the recordings race the default policies
+RECORDINGS = [
+    ("writing-greedy.json", f"Writing, greedy ({_VS})", "Writing",
+     "Write a short poem about a city at night seen from a rooftop.", dict(temperature=0.0)),
+    ("math-greedy.json", f"Math, greedy ({_VS})", "Math",
+     "Solve for y: 5y - 3 = 2y + 12.", dict(temperature=0.0)),
+    ("writing-sampled-t0.7.json", "Writing, sampled at temperature 0.7", "Writing",
+     "Write a letter to your future self, to be opened in ten years.", dict(temperature=0.7, seed=1)),
+]
+
+
+def _round_floats(x, digits: int = 4):
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, list):
+        return [_round_floats(v, digits) for v in x]
+    if isinstance(x, dict):
+        return {k: _round_floats(v, digits) for k, v in x.items()}
+    return x
+
+
+def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, only=None) -> list[Path]:
+    """Record the shipped traces (the default race: main policy + comparison preview + comparison
+    and plain series) with `bundle`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fname, title, cat, prompt, kw in RECORDINGS:
+        if only and fname not in only:
+            continue
+        s = Settings(max_new_tokens=max_new_tokens, **kw)
+        sess = Session()
+        sess.start(bundle, prompt, s)
+        while not sess.finished:
+            sess.tick()
+        tr = sess.export()
+        tr.meta[VIZ_KEY].update(title=title, category=cat, recorded=time.strftime("%Y-%m-%d"))
+        data = _round_floats(json.loads(tr.to_json()))
+        path = out_dir / fname
+        path.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+        Trace.load(path)  # must load back
+        print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(tr.steps)} cycles, "
+              f"tau {sess.main.tau:.2f})", flush=True)
+        written.append(path)
+    return written
