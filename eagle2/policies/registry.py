@@ -15,7 +15,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "eagle2": ("eagle2:Eagle2Policy", "EAGLE-2: a context-aware dynamic tree (expand the best nodes, keep the "
                                       "N best of the pool)."),
     "eagle2-auto": ("auto:AutoBudgetPolicy", "EAGLE-2 whose N and depth are chosen every cycle from this "
-                                             "machine's measured costs (N and depth become caps)."),
+                                             "machine's measured costs (N and depth become caps); its first "
+                                             "use measures the target's verification times (seconds, cached)."),
     "eagle2-auto-n": ("auto:AutoBudgetNPolicy", "the auto budget choosing N only, at a fixed depth."),
     "static": ("static:StaticPolicy", "EAGLE-1's fixed 25-node tree, the same shape whatever the context."),
     "ddd": ("ddd:DDDPolicy", "EAGLE-2 that stops expanding when the beam's draft mass is low (DDD)."),
