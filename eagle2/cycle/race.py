@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import UserError, check
 from ..policies.registry import BASELINE, DEFAULT, make_policy
-from .decoder import Decoder
+from .decoder import MAX_NEW_TOKENS, Decoder
 from .sampling import SamplingParams
 from .trace import StepTrace
 
@@ -44,8 +44,8 @@ class RaceSettings:
         for name in (self.policy, self.compare):
             if name != "plain":
                 make_policy(name, **self.tree)
-        check(isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= 4096,
-              f"max new tokens must be an integer in [1, 4096] (got {self.max_new_tokens!r}).")
+        check(isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
+              f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {self.max_new_tokens!r}).")
         return self
 
     def with_(self, **kw) -> "RaceSettings":
