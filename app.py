@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def main(argv=None) -> int:
@@ -24,11 +25,23 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default=env("EAGLE2_DTYPE"))
     ap.add_argument("--concurrency", type=int, default=int(env("EAGLE2_CONCURRENCY", 2)),
                     help="sessions decoding at the same time (each has its own decoders)")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="re-measure this machine's verification costs t(N) once the model is loaded (the "
+                         "hardware-aware budget's starting table; it also corrects itself while it runs)")
     ap.add_argument("--record-traces", action="store_true", help="re-record assets/traces/*.json and exit")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="with --record-traces")
     ap.add_argument("--threads", type=int, default=int(env("EAGLE2_THREADS", 0)) or None,
-                    help="torch CPU threads per decode (default: CPU cores / concurrency)")
+                    help="torch CPU threads per decode (default, or 0: CPU cores / concurrency)")
     a = ap.parse_args(argv)
+    # Checked before anything is imported or loaded (argparse's "error: ..." line, exit 2).
+    if a.threads is not None and a.threads < 0:
+        ap.error(f"--threads must be >= 1, or 0 for the default (got {a.threads}).")
+    if a.concurrency < 1:
+        ap.error(f"--concurrency must be >= 1 (got {a.concurrency}).")
+    if not 0 <= a.port <= 65535:
+        ap.error(f"--port must be in [0, 65535] (got {a.port}).")
+    if a.max_new_tokens < 1:
+        ap.error(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens}).")
 
     from ui.threads import default_threads, set_threads
     set_threads(a.threads or default_threads(a.concurrency))
@@ -39,14 +52,41 @@ def main(argv=None) -> int:
         try:
             record_traces(load_bundle(a.target, a.head, a.device, a.dtype), max_new_tokens=a.max_new_tokens)
         except UserError as e:
-            print(f"error: {e}")
+            print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
     from ui.model import MODEL
     from ui.page import launch
-    MODEL.start(a.target, a.head, a.device, a.dtype)
-    launch(a.host, a.port, a.concurrency)
+    MODEL.start(a.target, a.head, a.device, a.dtype, recalibrate=a.recalibrate)
+    try:
+        demo = launch(a.host, a.port, a.concurrency, block=False)
+    except OSError as e:
+        print(f"error: cannot serve on {a.host}:{a.port} ({e}).", file=sys.stderr)
+        return 2
+    url = f"http://{a.host}:{demo.server_port or a.port}"
+    print(f"serving {url}; loading the model (the page shows a recorded trace meanwhile)...", flush=True)
+    try:
+        announce(MODEL, url)
+        demo.block_thread()
+    except KeyboardInterrupt:
+        print("interrupted; closing the server.", file=sys.stderr)
+        demo.close()
+        return 130
     return 0
+
+
+def announce(model, url: str, poll: float = 0.5) -> None:
+    """Wait for the model, then say in the terminal whether the page can decode: "ready at URL
+    (model loaded in X s)" on stdout, or the loading error as one line on stderr."""
+    while not model.wait(poll):
+        pass
+    if model.warning:
+        print(f"warning: {model.warning}", file=sys.stderr, flush=True)
+    if model.ready:
+        print(f"ready at {url} (model loaded in {model.elapsed or 0:.1f} s)", flush=True)
+    else:
+        print(f"error: the model could not be loaded: {str(model.error).rstrip('.')}; the page at {url} "
+              f"still serves Replay, but cannot decode.", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

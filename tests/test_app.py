@@ -20,7 +20,7 @@ import viz
 from eagle2.cycle.race import RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
-from eagle2.policies.registry import describe, names
+from eagle2.policies.registry import DEFAULT, HARDWARE_AWARE, default_policy, describe, names
 from ui import handlers, wiring
 from ui.dashboard import DASH, render
 from ui.model import MODEL, ModelHolder
@@ -78,8 +78,9 @@ def table_text(table) -> str:
 
 def test_page_binds_controls_and_outputs_by_name():
     """The events' inputs and outputs are the components their names say (ui/wiring.py turns
-    the handlers' dicts into Gradio's lists), and the controls start at the race's defaults."""
-    cfg = build_app(preload_trace=False).config
+    the handlers' dicts into Gradio's lists), and the controls start at the race's defaults for
+    the device the page runs on."""
+    cfg = build_app(preload_trace=False, device="cpu").config
     comps = {c["id"]: c for c in cfg["components"]}
 
     def dep(elem_id, event):
@@ -103,7 +104,7 @@ def test_page_binds_controls_and_outputs_by_name():
                   top_p="Top-p", seed="Seed", max_new_tokens="Max new tokens", colour_by="Colour nodes by")
     assert {n: inp[n]["label"] for n in labels} == labels
     assert inp["show_dropped"]["elem_id"] == "show-dropped" and inp["side_by_side"]["type"] == "checkbox"
-    defaults = RaceSettings()
+    defaults = RaceSettings.for_device("cpu")
     assert {n: inp[n]["value"] for n in handlers.CONTROLS[:handlers.N_SETTINGS]} == \
         {n: getattr(defaults, n) for n in handlers.CONTROLS[:handlers.N_SETTINGS]}
     assert inp["policy"]["choices"] == inp["compare"]["choices"] == [(n, n) for n in names()]
@@ -116,6 +117,45 @@ def test_page_binds_controls_and_outputs_by_name():
     ex = props(handlers.EXPLAIN, dep("explain-phase", "change")["outputs"])
     assert {n: ex[n]["elem_id"] for n in ex} == dict(cycle="explain-cycle", phase="explain-phase",
                                                     figure="explain-tree", text="explain-text")
+
+
+def control_values(cfg, *elem_ids) -> dict:
+    comps = {c["props"].get("elem_id"): c["props"] for c in cfg["components"]}
+    return {i: comps[i]["value"] for i in elem_ids}
+
+
+def test_controls_start_at_the_defaults_that_pay_on_the_device(monkeypatch):
+    """CPU: the hardware-aware policy; CUDA: EAGLE-2 at (60, 5, 10). The fixed large tree stays one
+    click away (a preset button per device kind), with the reason in one line beside it."""
+    from ui.tabs.live import TREE, preset_values
+    cpu, gpu = RaceSettings.for_device("cpu"), RaceSettings.for_device("cuda")
+    assert cpu.policy == default_policy("cpu") == HARDWARE_AWARE
+    assert gpu.policy == default_policy("cuda") == DEFAULT and (gpu.total_tokens, gpu.depth, gpu.top_k) == (60, 5, 10)
+    for device, want in (("cpu", cpu), ("cuda", gpu), ("cuda:0", gpu)):
+        cfg = build_app(preload_trace=False, device=device).config
+        assert control_values(cfg, "policy", "compare") == {"policy": want.policy, "compare": want.compare}
+        buttons = {c["props"].get("elem_id"): c["props"]["value"] for c in cfg["components"]
+                   if c["type"] == "button"}
+        assert "this machine" in buttons["preset-cpu" if want is cpu else "preset-cuda"]
+        assert "(60, 5, 10)" in buttons["preset-cuda"] and DEFAULT in buttons["preset-cuda"]
+        help_md = control_values(cfg, "presets-help")["presets-help"]
+        assert "on a GPU 60 tokens cost about what one does" in help_md and "EAGLE-2 (60, 5, 10) wins" in help_md
+    # one click: the preset sets the tree controls to that device's defaults
+    assert preset_values("cuda")() == [getattr(gpu, n) for n in TREE]
+    assert preset_values("cpu")() == [getattr(cpu, n) for n in TREE]
+    # the device the page's model was started for decides when none is given (app.py's --device)
+    from ui.session import defaults, device_kind
+    monkeypatch.setattr(MODEL, "options", dict(MODEL.options, device="cuda"))
+    assert defaults() == gpu and device_kind() == "cuda"
+    assert Settings.from_ui(None, None, 60, 5, 10, 0, 1, 0, 8).policy == gpu.policy   # empty: the default
+    monkeypatch.setattr(MODEL, "options", dict(MODEL.options, device="cpu"))
+    assert defaults() == cpu and Settings.from_ui(None, None, 60, 5, 10, 0, 1, 0, 8).policy == cpu.policy
+
+
+def test_the_model_line_names_the_head_not_a_machine_path(bundle):
+    info = MODEL.info_md()
+    assert "smollm2-135m (shipped EAGLE head)" in info, info
+    assert str(Path(__file__).resolve().parent.parent) not in info and "assets/heads" not in info
 
 
 def test_the_session_layer_imports_no_gradio():

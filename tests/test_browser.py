@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle2.cycle.race import RaceSettings
 from ui.screenshot import chromium, open_page, serve_app, step, wait_model_ready, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,13 +91,20 @@ def test_errors_show_warnings_and_keep_the_page(page, tmp_path):
     page.screenshot(path=str(ARTIFACTS / "error-warning.png"))
 
 
+def control_value(page, elem_id: str) -> str:
+    return page.locator(f"#{elem_id} input").first.input_value()
+
+
 def test_step_three_times(page):
     wait_model_ready(page)
+    cpu = RaceSettings.for_device("cpu")                                     # app.py's default --device
+    assert control_value(page, "policy") == cpu.policy                       # the hardware-aware budget
     counts = step(page, "Write a haiku about the sea.", 3)                   # each step drawn before the next
     assert counts[0] < counts[1] < counts[2], counts                         # the token stream grew
+    wait_status(page, f"{cpu.policy} vs {cpu.compare} vs plain")
     wait_status(page, "cycle 3 ·")
     tree = plot_traces(page, "live-tree")
-    assert tree["draft nodes"] >= 20, tree                                   # N=60 by default
+    assert tree["draft nodes"] >= 1, tree                                    # a small tree pays here
     assert tree["accepted path"] >= 2 and tree["bonus token"] == 1, tree     # highlighted path + bonus
     assert plot_traces(page, "live-cmp")["draft nodes"] >= 10                # the static tree beside it
     speed = plot_traces(page, "live-speedup")
@@ -109,3 +117,16 @@ def test_step_three_times(page):
     page.wait_for_timeout(500)
     page.screenshot(path=str(ARTIFACTS / "live-step3.png"))
     page.screenshot(path=str(ARTIFACTS / "live-step3-full.png"), full_page=True)
+
+
+def test_the_fixed_large_tree_is_one_click_away(page):
+    """The GPU default (EAGLE-2 at 60, 5, 10) is one click on a CPU page, with the reason beside it."""
+    wait_model_ready(page)
+    gpu = RaceSettings.for_device("cuda")
+    assert "EAGLE-2 (60, 5, 10) wins" in page.locator("#presets-help").inner_text()
+    page.locator("#preset-cuda").click()
+    page.wait_for_function("(v) => document.querySelector('#policy input').value === v", arg=gpu.policy)
+    step(page, "Write a haiku about the sea.", 1)
+    wait_status(page, f"{gpu.policy} vs {gpu.compare} vs plain")
+    assert plot_traces(page, "live-tree")["draft nodes"] >= 20                # N = 60
+    page.screenshot(path=str(ARTIFACTS / "live-gpu-preset.png"))

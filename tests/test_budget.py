@@ -13,6 +13,7 @@ import itertools
 from collections import Counter
 
 import numpy as np
+import torch
 
 from eagle2.policies.auto import AutoBudgetPolicy, best_rate
 from eagle2.cycle.decoder import Decoder
@@ -32,8 +33,10 @@ def test_best_rate_is_the_argmax_of_expected_tokens_per_second():
 
 
 def auto(profile: dict, **kw) -> AutoBudgetPolicy:
+    """A budget that keeps the table it is given (no live correction, no exploration): these tests
+    are about what it does with given costs."""
     p = AutoBudgetPolicy(profile=profile, depth=kw.pop("depth", 3), top_k=kw.pop("top_k", 3),
-                         total_tokens=kw.pop("total_tokens", 8), **kw)
+                         total_tokens=kw.pop("total_tokens", 8), learn_costs=kw.pop("learn_costs", False), **kw)
     p.validate()
     return p
 
@@ -62,7 +65,7 @@ def test_greedy_identity_real_model(real_bundle):
         ref = Decoder(real_bundle, "plain", max_new_tokens=48, record=False)
         ref.start(p["prompt"], raw=p.get("raw", False))
         ref.generate()
-        dec = Decoder(real_bundle, auto(prof, depth=5, top_k=10, total_tokens=32), max_new_tokens=48, record=False)
+        dec = Decoder(real_bundle, auto(prof, depth=5, top_k=10, total_tokens=32, learn_costs=True), max_new_tokens=48, record=False)
         dec.start(p["prompt"], raw=p.get("raw", False))
         dec.generate()
         assert dec.generated == ref.generated
@@ -88,3 +91,64 @@ def test_sampling_first_tokens_match_target(sampling_setup):
     assert all(c in probs for c in counts)
     pval, bins = chi_square(counts, probs, runs)
     assert bins >= 6 and pval > ALPHA, f"chi-square p = {pval:.2e} over {bins} bins"
+
+
+def _choices(bundle, pol, cycles: int, true_t=None) -> list[int]:
+    """The N the budget verified in each of `cycles` greedy cycles on the tiny model. With
+    `true_t`, the budget observes those figures for its verifications instead of wall time (this
+    model's sub-millisecond timings on a shared machine would make the test about noise)."""
+    if true_t is not None:
+        pol.observe = lambda n, s: AutoBudgetPolicy.observe(pol, n, true_t(n))
+    dec = Decoder(bundle, pol, max_new_tokens=4 * cycles, record=True)
+    dec.start(input_ids=SPROMPT)
+    out = []
+    while dec.finished is None and len(out) < cycles:
+        out.append(dec.step().tree.record.n)
+    return out
+
+
+FLAT = {1: 0.01, 2: 0.01, 4: 0.01, 8: 0.01}       # verification costs what one token does (a GPU, say)
+INFLATED = {1: 0.01, 2: 1.0, 4: 1.0, 8: 1.0}       # ...but measured while the machine was busy
+
+
+def test_an_inflated_cost_table_corrects_itself(sampling_setup):
+    """A cost table whose t(N >= 2) is 100 times too high first makes the budget verify the root
+    alone. The verifications it times, with one exploration of a larger N, correct the table
+    within two cycles; from then on it keeps several nodes, as a budget that started from the
+    true figures does."""
+    bundle, _ = sampling_setup
+    kw = dict(depth=2, top_k=3, total_tokens=8, adaptive_depth=False)
+    true_t = lambda n: 0.01  # noqa: E731
+    control = _choices(bundle, AutoBudgetPolicy(profile=FLAT, **kw), 24, true_t)
+    pol = AutoBudgetPolicy(profile=INFLATED, **kw)
+    got = _choices(bundle, pol, 24, true_t)
+    assert got[0] == 1                                   # the wrong table: the root alone
+    assert got[1] >= 2                                   # the exploration that re-measures
+    assert pol.t_of(8) < 1.5 * pol.t_of(1)               # corrected: no longer 100x
+    many = lambda ns: sum(n > 1 for n in ns) / len(ns)  # noqa: E731
+    assert many(control[2:]) > 0.5                       # several nodes pay when verification is flat
+    assert many(got[2:]) >= 0.8 * many(control[2:])      # ...and the corrected budget keeps them again
+
+
+def test_a_corrected_table_is_written_back(sampling_setup, tmp_path, monkeypatch):
+    """Live figures that disagree with the cached table replace it in the cache; an implausible
+    cached table (not monotone) is measured again instead of used."""
+    import json
+    from eagle2.model import timing
+    monkeypatch.setattr(timing, "cache_dir", lambda: tmp_path)
+    bundle, _ = sampling_setup
+    key = timing._cache_key(bundle)
+    assert f"torch {torch.__version__}" in key and f"{torch.get_num_threads()}t" in key
+    (tmp_path / "verify_times.json").write_text(json.dumps({key: {"1": 1.0, "2": 5.0, "4": 0.1}}))
+    assert not timing.plausible({1: 1.0, 2: 5.0, 4: 0.1})
+    fresh = timing.verify_profile(bundle)                # implausible: measured again
+    assert set(fresh) == set(timing.GRID)
+    busy = {1: 0.01, 2: 0.03, 4: 0.03, 8: 0.03}         # 3x too high, yet plausible: kept as the start
+    assert timing.plausible(busy)
+    timing.store_profile(bundle, busy)
+    pol = AutoBudgetPolicy(depth=2, top_k=3, total_tokens=8, adaptive_depth=False)
+    pol.prepare(bundle)
+    assert pol.profile == busy                           # starts from the cache
+    _choices(bundle, pol, 60, lambda n: 0.01)
+    written = {int(k): v for k, v in json.loads((tmp_path / "verify_times.json").read_text())[key].items()}
+    assert written != busy and written[8] < 1.5 * written[1]

@@ -79,6 +79,60 @@ def test_bad_input_exits_2(capsys, tiny, case):
     assert_clean_error(code, err, fragment)
 
 
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model fails the test: what it guards must be reported before any loading."""
+    import eagle2.model.loading as loading
+
+    def refuse(*a, **kw):
+        raise AssertionError("a model was loaded before the input was checked")
+    monkeypatch.setattr(loading, "load_bundle", refuse)
+    monkeypatch.setattr(loading, "load_target", refuse)
+
+
+EARLY = {  # bad input reported before the model loads (prompt-too-long needs the tokenizer)
+    "empty-prompt": (dict(prompt=""), [], "prompt is empty"),
+    "unknown-policy": ({}, ["--policy", "nonsense"], "unknown policy"),
+    "typo-policy": ({}, ["--policy", "eagle"], "unknown policy"),
+    "max-new-tokens-0": ({}, ["--max-new-tokens", "0"], "max new tokens"),
+    "total-tokens-0": ({}, ["--total-tokens", "0"], "total tokens"),
+    "depth-0": ({}, ["--depth", "0"], "depth"),
+    "top-p-0": ({}, ["--top-p", "0"], "top-p"),
+    "threads-negative": ({}, ["--threads", "-2"], "--threads"),
+    "foreign-flag": ({}, ["--policy", "plain", "--ddd-threshold", "0.5"], "--ddd-threshold"),
+}
+
+
+@pytest.mark.parametrize("case", list(EARLY))
+def test_bad_input_is_reported_before_loading(capsys, tiny, no_loading, case):
+    kw, extra, fragment = EARLY[case]
+    code, out, err = run_main(capsys, base(tiny, *extra, **kw))
+    assert_clean_error(code, err, fragment)
+
+
+def test_missing_head_or_target_folder_says_no_such_folder_before_loading(capsys, tiny, monkeypatch):
+    import eagle2.model.loading as loading
+    monkeypatch.setattr(loading, "load_target", lambda *a, **kw: pytest.fail("the target was loaded"))
+    for flag, value in (("--head", "/nonexistent"), ("--target", "./no-such-model-folder"),
+                        ("--head", "runs/stage3/head")):
+        argv = base(tiny)
+        argv[argv.index(flag) + 1] = value
+        code, _, err = run_main(capsys, argv)
+        assert_clean_error(code, err, f"no such folder: {value}")
+        assert "hugging face" not in err.lower()
+
+
+def test_generate_defaults_to_the_policy_that_pays_on_the_device():
+    from eagle2.policies.registry import default_policy
+    from eagle2.tools.cli import build_parser, resolve_policy
+    a = build_parser().parse_args(["generate", "--prompt", "hi"])
+    assert a.policy is None and resolve_policy(a) == default_policy("cpu")
+    a = build_parser().parse_args(["generate", "--prompt", "hi", "--device", "cuda:0"])
+    assert resolve_policy(a) == default_policy("cuda")
+    a = build_parser().parse_args(["generate", "--prompt", "hi", "--device", "cuda", "--policy", "static"])
+    assert resolve_policy(a) == "static"
+
+
 def test_unknown_model(capsys):
     code, _, err = run_main(capsys, ["generate", "--target", "no-such-model", "--prompt", "hi"])
     assert_clean_error(code, err, "unknown model")
@@ -151,6 +205,7 @@ def test_subprocess_json_default_model():
     assert "Traceback" not in r.stderr
     s = json.loads(r.stdout.strip().splitlines()[-1])
     assert JSON_KEYS <= set(s)
-    assert s["policy"] == "eagle2"
+    from eagle2.policies.registry import default_policy
+    assert s["policy"] == default_policy("cpu")                 # no --policy: the one that pays here
     assert 1 <= s["new_tokens"] == len(s["token_ids"]) <= 8
     assert isinstance(s["text"], str) and s["wall_s"] > 0 and s["tokens_per_s"] > 0

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from eagle2.cycle.decoder import Decoder
+from eagle2.model.loading import head_label
 from eagle2.model.weights import ASSETS, PRESETS
 
 HEAD = Path(PRESETS["smollm2-135m"].head)
@@ -18,7 +19,8 @@ def heldout(n):
 
 def test_shipped_head_is_present_and_loaded_by_default(real_bundle):
     assert (HEAD / "config.json").exists() and (HEAD / "model.safetensors").exists()
-    assert real_bundle.head_name == str(HEAD)
+    assert real_bundle.head_name == "smollm2-135m (shipped EAGLE head)"  # named, not a machine path
+    assert real_bundle.head_name == head_label(str(HEAD), PRESETS["smollm2-135m"])
     assert real_bundle.head.draft_ids is not None  # reduced draft vocabulary recorded in the checkpoint
 
 

@@ -202,7 +202,8 @@ def test_figures_serialise(steps, tmp_path):
     figs = [viz.tree_figure(steps[1]), viz.tree_figure(steps[1], show_dropped=True)]
     s = [series("eagle2", steps, "main")]
     figs += [viz.race_chart(s), viz.acceptance_histogram(s), viz.calibration_chart(steps), viz.depth_chart(s),
-             viz.speedup_chart(s[0], [dict(s[0], label="plain", role="plain")])]
+             viz.speedup_chart(s[0], [dict(s[0], label="plain", role="plain")]),
+             viz.whatif_chart(s, [viz.gpu_model_table()])]
     figs += [viz.explain_figure(steps[1], k) for k, _ in viz.phases(steps[1])]
     for fig in figs:
         d = json.loads(fig.to_json())
@@ -244,6 +245,8 @@ def test_cycle_table(steps):
 def test_series_speedup_and_metrics(steps):
     main = series("eagle2", steps, "main")
     assert main["tokens"] == [1, 4, 5] and main["accepted"] == [2, 0]
+    assert main["verified"] == [0, 7, 7] and main["draft_calls"] == [0, 3, 3]       # root + 6 kept nodes
+    assert main["verify_s"] == [.5, .2, .2] and main["draft_s"] == [0, .1, .1]
     plain = {"label": "plain", "role": "plain", "policy": "plain", "tokens": [1, 2, 3, 4, 5],
              "wall_s": [.5, 1.0, 1.5, 2.0, 2.5], "forwards": [1, 2, 3, 4, 5], "accepted": []}
     assert wall_at(plain, 2.5) == pytest.approx(1.25)
@@ -252,7 +255,9 @@ def test_series_speedup_and_metrics(steps):
     m = viz.metrics(main, [plain])
     assert m["speedups"]["plain"] == pytest.approx(2.5 / 1.1)
     assert m["decoders"][0]["tau"] == pytest.approx(5 / 3)
+    assert m["forward_speedups"]["plain"] == pytest.approx(5 / 3)                   # against plain: tau
     assert "2.27×" in viz.metrics_html(m) and "Slower than plain" not in viz.metrics_html(m)
+    assert "1.67×" in viz.metrics_html(m) and "Why the two differ" in viz.metrics_html(m)
     # slower than plain after enough tokens: the page says why and what to try
     slow = dict(main, tokens=[1, 20], wall_s=[.5, 20.0], forwards=[1, 8])
     plain20 = dict(plain, tokens=list(range(1, 21)), wall_s=[.5 * i for i in range(1, 21)],

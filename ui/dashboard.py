@@ -12,7 +12,8 @@ from eagle2.policies.registry import HARDWARE_AWARE
 
 from .view import View, cut_series
 
-DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "hist", "calib", "depth", "table", "cycle")
+DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "whatif", "hist", "calib", "depth", "table",
+        "cycle")
 
 
 def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False) -> dict:
@@ -22,7 +23,7 @@ def render(view: View | None, cycle=None, colour_by="path value", show_dropped=F
         e = viz.empty_figure
         return dict(metrics="", tokens=viz.token_stream_html([]), tree=e("Press Step to draft the first tree.", 460),
                     compare=e("The comparison tree appears here.", 460), race=e("", 300), speedup=e("", 300),
-                    hist=e("", 300), calib=e("", 300), depth=e("", 300), table=viz.cycle_table([]),
+                    whatif=e("", 300), hist=e("", 300), calib=e("", 300), depth=e("", 300), table=viz.cycle_table([]),
                     cycle=gr.Slider(minimum=0, maximum=1, value=0, interactive=False))
     st = view.step_at(None if cycle in (None, 0) else int(cycle))
     upto = len(view.steps) if st is None or cycle in (None, 0) else st.cycle + 1
@@ -46,10 +47,14 @@ def render(view: View | None, cycle=None, colour_by="path value", show_dropped=F
                        value=st.cycle if st is not None else 0, step=1, interactive=len(dr) > 1)
     lossy = {view.series[0]["label"]: viz.lossy_summary(steps)}
     lossy.update({k: v for k, v in view.lossy.items() if k != view.series[0]["label"]})
-    return dict(metrics=viz.metrics_html(m, lossy, suggest=HARDWARE_AWARE),
+    # the what-if: this run's cycles priced with this machine's costs and with a GPU model's
+    here = viz.cost_table_from_trace(steps, view.meta, others)
+    priced = viz.price_run(main, here) if here else None
+    return dict(metrics=viz.metrics_html(m, lossy, suggest=HARDWARE_AWARE, why=priced),
                 tokens=viz.token_stream_html(view.steps,
                                              highlight=st.cycle if (st and cycle not in (None, 0)) else None),
                 tree=tree, compare=cmp, race=viz.race_chart(allser), speedup=viz.speedup_chart(main, others),
+                whatif=viz.whatif_chart(allser, [here, viz.gpu_model_table()]),
                 hist=viz.acceptance_histogram(allser), calib=viz.calibration_chart(steps),
                 depth=viz.depth_chart(allser), table=viz.cycle_table(steps), cycle=slider)
 
@@ -77,6 +82,8 @@ def build_dashboard(prefix: str, init: dict | None = None) -> dict:
     with gr.Row(equal_height=True):
         c["race"] = gr.Plot(v["race"], label="Race", show_label=False, elem_id=f"{prefix}-race")
         c["speedup"] = gr.Plot(v["speedup"], label="Speedup", show_label=False, elem_id=f"{prefix}-speedup")
+    c["whatif"] = gr.Plot(v["whatif"], label="What-if: this run priced on other hardware", show_label=False,
+                          elem_id=f"{prefix}-whatif")
     with gr.Row(equal_height=True):
         c["hist"] = gr.Plot(v["hist"], label="Acceptance lengths", show_label=False, elem_id=f"{prefix}-hist")
         c["calib"] = gr.Plot(v["calib"], label="Calibration", show_label=False, elem_id=f"{prefix}-calib")

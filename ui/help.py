@@ -2,7 +2,8 @@
 brings its own line and the page never names one."""
 from __future__ import annotations
 
-from eagle2.policies.registry import describe, names
+from eagle2.cycle.race import RaceSettings
+from eagle2.policies.registry import HARDWARE_AWARE, describe, names
 
 HELP = {
     "compare": "Runs in lockstep with the selected policy; its tree for the same cycle is drawn alongside.",
@@ -23,3 +24,19 @@ HELP = {
 def policy_help() -> str:
     """The policy dropdown's help: what a policy is, then one line per registered policy."""
     return " ".join(["How the draft tree is built."] + [f"{n} — {describe(n)}" for n in names()])
+
+
+def preset_label(s: RaceSettings) -> str:
+    """A tree preset as a button says it: the policy and its (N, depth, top-k), caps for the
+    hardware-aware budget (it picks N and depth below them every cycle)."""
+    caps = "caps " if s.policy == HARDWARE_AWARE else ""
+    return f"{s.policy} ({caps}{s.total_tokens}, {s.depth}, {s.top_k})"
+
+
+def presets_help(kind: str) -> str:
+    """Why the page starts where it does on this kind of device, and the other device's choice."""
+    gpu = RaceSettings.for_device("cuda")
+    here = "This page runs on a GPU." if kind == "cuda" else "This page runs on a CPU."
+    return (f"On a CPU, verifying a {gpu.total_tokens}-token tree costs several times one token, so the "
+            f"hardware-aware budget (small trees) wins; on a GPU {gpu.total_tokens} tokens cost about what one "
+            f"does, and EAGLE-2 ({gpu.total_tokens}, {gpu.depth}, {gpu.top_k}) wins. {here}")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 from eagle2.errors import UserError
+from eagle2.policies.registry import default_policy
 
 
 class ModelHolder:
@@ -20,11 +22,14 @@ class ModelHolder:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self.options: dict = {}
+        self.recalibrate = False     # re-measure t(N) once loaded (app.py --recalibrate)
 
-    def start(self, target=None, head=None, device="cpu", dtype=None) -> None:
+    def start(self, target=None, head=None, device="cpu", dtype=None, recalibrate: bool = False) -> None:
+        """Load in the background; `recalibrate` re-measures this machine's t(N) once loaded."""
         if self._thread is not None or self.bundle is not None:
             return
         self.options = dict(target=target, head=head, device=device, dtype=dtype)
+        self.recalibrate = recalibrate
         self.t0 = time.time()
         self.stage = "starting"
         self._thread = threading.Thread(target=self._load, name="eagle2-model-loader", daemon=True)
@@ -41,11 +46,16 @@ class ModelHolder:
             except UserError as e:
                 if not str(opts.get("device") or "cpu").startswith("cuda"):
                     raise
-                self.warning = f"{e} Running on CPU instead."
+                self.warning = (f"{e} Running on CPU instead; the controls start at the GPU's defaults, and "
+                                f"{default_policy('cpu')} is the policy that pays on a CPU.")
                 opts["device"], opts["dtype"] = "cpu", None
                 b = load_bundle(**opts)
             self.stage = "warming up (token table)"
             b.token_texts([0])
+            if self.recalibrate:
+                self.stage = "measuring this machine's verification costs t(N)"
+                from eagle2.model.timing import verify_profile
+                verify_profile(b, refresh=True)
             self.set(b)
         except Exception as e:  # shown in the page; the replay tab keeps working
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
@@ -63,6 +73,10 @@ class ModelHolder:
     def ready(self) -> bool:
         return self.bundle is not None
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the model is loaded or has failed (True), or `timeout` seconds (False)."""
+        return self._done.wait(timeout)
+
     def get(self, timeout: float = 600.0):
         if self.bundle is None and self._thread is None and self.error is None:
             self.start(**self.options) if self.options else self.start()
@@ -76,7 +90,9 @@ class ModelHolder:
         if self.bundle is not None:
             b = self.bundle
             dev = f"{b.device.type}" + (f" · {b.dtype}".replace("torch.", "") if b.dtype is not None else "")
-            head = b.head_name
+            head = str(b.head_name)
+            if Path(head).is_absolute():  # a machine path (a bundle from elsewhere): its folder's name
+                head = Path(head).name
             if "random" in head:
                 head += " — acceptance is near zero until a trained head is installed"
             warn = f'<span class="warnbadge">⚠ {self.warning}</span> ' if self.warning else ""

@@ -35,7 +35,9 @@ def on_page_load():
     return model_status()
 
 
-def build_app(preload_trace: bool = True) -> gr.Blocks:
+def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Blocks:
+    """The page; its controls start at the defaults for `device` ('cpu' or 'cuda'; None: the
+    device the model was started for, MODEL.options)."""
     traces = shipped_traces()
     # The default recorded trace, rendered once per process: every new page shows it at once.
     init_view, init_dash, init_info, init_ex = None, None, "", None
@@ -61,7 +63,7 @@ def build_app(preload_trace: bool = True) -> gr.Blocks:
 
         with gr.Tabs(selected="live"):
             with gr.Tab("Live", id="live"):
-                build_live_tab(sess, init_dash, init_status)
+                build_live_tab(sess, init_dash, init_status, device)
             with gr.Tab("Replay", id="replay"):
                 build_replay_tab(rview, traces, init_dash, init_info)
             with gr.Tab("Explain a cycle", id="explain"):

@@ -8,9 +8,24 @@ from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 from viz.charts import series as make_series
 
+from .model import MODEL
 from .view import VIZ_KEY, View
 
-DEFAULTS = RaceSettings()   # the controls' initial values and the fallbacks for empty ones
+# The engine's own defaults, whatever the device: what the shipped traces record (ui/traces.py).
+# The page's controls start at defaults(), which depend on the device the page was launched for.
+DEFAULTS = RaceSettings()
+
+
+def device_kind(device: str | None = None) -> str:
+    """'cuda' or 'cpu': the kind of `device`, by default the one the page's model was started for
+    (app.py's --device). Read from the option string, so nothing asks torch."""
+    d = MODEL.options.get("device") if device is None else device
+    return "cuda" if str(d or "cpu").strip().lower().startswith("cuda") else "cpu"
+
+
+def defaults(device: str | None = None) -> RaceSettings:
+    """The controls' initial values and the fallbacks for empty ones: what pays on that device."""
+    return RaceSettings.for_device(device_kind(device))
 
 
 class Settings(RaceSettings):
@@ -27,7 +42,7 @@ class Settings(RaceSettings):
             if f != int(f):
                 raise UserError(f"{name} must be a whole number (got {v!r}).")
             return int(f)
-        d = DEFAULTS
+        d = defaults()
         s = cls(policy=str(policy or d.policy), compare=str(compare or d.compare),
                 total_tokens=as_int(total_tokens, "Total tokens N"), depth=as_int(depth, "Depth"),
                 top_k=as_int(top_k, "Top-k"), temperature=float(temperature or d.temperature),

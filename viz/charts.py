@@ -2,8 +2,10 @@
 
 A *series* is one decoder's progress, a plain dict so it can be stored in a trace's meta and
 replayed without the decoder: {"label", "role", "policy", "tokens", "wall_s", "forwards",
-"accepted"}; the first three lists have one entry per cycle (cycle 0 = prefill), "accepted" one
-per drafted cycle.
+"accepted"}, plus what pricing a run needs (viz/whatif.py): "verified" (tokens verified, root
+included; plain decoding 1; the prefill 0), "draft_calls", "verify_s", "draft_s". Those lists have
+one entry per cycle (cycle 0 = prefill), "accepted" one per drafted cycle. Series recorded before
+the pricing keys existed lack them; everything but the what-if works without.
 """
 from __future__ import annotations
 
@@ -17,6 +19,29 @@ from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base
 from .tree_graph import empty_figure
 
 
+PER_CYCLE = ("tokens", "wall_s", "forwards", "verified", "draft_calls", "verify_s", "draft_s")
+
+
+def verified(step) -> int:
+    """Tokens the target verified in this step's forward, root included: sum(kept) of a drafted
+    tree, 1 for a plain-decoding step, 0 for the prefill (priced apart from the cycles)."""
+    if step.tree is not None:
+        return int(sum(step.tree.kept))
+    return 0 if step.cycle == 0 else 1
+
+
+def draft_calls(steps) -> list[int]:
+    """Draft-head calls of each step: the tree's own count, else the growth of the cumulative one
+    (traces recorded before trees kept their count)."""
+    out, prev = [], 0
+    for s in steps:
+        cum = s.cumulative.get("draft_calls")
+        own = s.tree.draft_calls if s.tree is not None else 0
+        out.append(int(own) if own else (max(0, int(cum) - prev) if cum is not None else 0))
+        prev = int(cum) if cum is not None else prev + out[-1]
+    return out
+
+
 def series(label: str, steps, role: str = "main") -> dict:
     steps = list(steps)
     return {
@@ -26,14 +51,19 @@ def series(label: str, steps, role: str = "main") -> dict:
         "forwards": [int(s.cumulative.get("target_forwards", 0)) for s in steps],
         "accepted": [int(s.accepted_len) for s in decode_steps(steps)],
         "finished": steps[-1].finished if steps else None,
+        "verified": [verified(s) for s in steps],
+        "draft_calls": draft_calls(steps),
+        "verify_s": [float(s.timings.get("verify_s", 0.0)) for s in steps],
+        "draft_s": [float(s.timings.get("draft_s", 0.0)) for s in steps],
     }
 
 
 def truncate(s: dict, n_cycles: int) -> dict:
     """The series as it stood after its first n_cycles cycles."""
     out = dict(s)
-    for k in ("tokens", "wall_s", "forwards"):
-        out[k] = s[k][:n_cycles]
+    for k in PER_CYCLE:
+        if k in s:
+            out[k] = s[k][:n_cycles]
     out["accepted"] = s["accepted"][: max(0, n_cycles - 1)]  # cycle 0 (prefill) drafts nothing
     return out
 
@@ -42,17 +72,39 @@ def colour(s: dict, i: int = 0) -> str:
     return ROLE_COLOURS.get(s.get("role"), EXTRA_COLOURS[i % len(EXTRA_COLOURS)])
 
 
-def wall_at(s: dict, T: float) -> float | None:
-    """Compute time this decoder needed to reach T tokens (linear between cycles), None if it
+def _at(s: dict, key: str, T: float) -> float | None:
+    """s[key] (cumulative) when this decoder reached T tokens (linear between cycles), None if it
     has not got there yet."""
-    toks, wall = [0] + list(s["tokens"]), [0.0] + list(s["wall_s"])
+    toks, ys = [0] + list(s["tokens"]), [0.0] + [float(v) for v in s[key]]
     if not s["tokens"] or T > toks[-1]:
         return None
     j = bisect.bisect_left(toks, T)
     if toks[j] == T or j == 0:
-        return wall[j]
+        return ys[j]
     f = (T - toks[j - 1]) / (toks[j] - toks[j - 1])
-    return wall[j - 1] + f * (wall[j] - wall[j - 1])
+    return ys[j - 1] + f * (ys[j] - ys[j - 1])
+
+
+def wall_at(s: dict, T: float) -> float | None:
+    """Compute time this decoder needed to reach T tokens (linear between cycles), None if it
+    has not got there yet."""
+    return _at(s, "wall_s", T)
+
+
+def forwards_at(s: dict, T: float) -> float | None:
+    """Target forward passes this decoder needed to reach T tokens (linear between cycles)."""
+    return _at(s, "forwards", T)
+
+
+def forward_speedup(main: dict, other: dict) -> float | None:
+    """How many times fewer target forwards `main` needed than `other` for the same tokens (the
+    largest of main's token counts both reached, as for the wall-clock speedup): what the tree
+    buys whatever the hardware; against plain decoding it is main's tau."""
+    for T in reversed(main["tokens"]):
+        a, b = forwards_at(main, T), forwards_at(other, T)
+        if T > 0 and a and b:
+            return b / a
+    return None
 
 
 def speedup_series(main: dict, other: dict) -> tuple[list, list]:
@@ -79,12 +131,14 @@ def summary(s: dict) -> dict:
 
 
 def metrics(main: dict, others: list[dict]) -> dict:
-    """Headline numbers: each decoder's summary and main's speedup over each other decoder at
-    the largest token count both reached."""
-    out = {"decoders": [summary(main)] + [summary(o) for o in others], "speedups": {}}
+    """Headline numbers: each decoder's summary and main's speedups over each other decoder at
+    the largest token count both reached: "speedups" in wall-clock time on this machine,
+    "forward_speedups" in target forward passes."""
+    out = {"decoders": [summary(main)] + [summary(o) for o in others], "speedups": {}, "forward_speedups": {}}
     for o in others:
         xs, ys = speedup_series(main, o)
         out["speedups"][o["label"]] = ys[-1] if ys else None
+        out["forward_speedups"][o["label"]] = forward_speedup(main, o)
     return out
 
 
@@ -100,11 +154,24 @@ def lossy_summary(steps) -> dict | None:
             "max_shift": max(float(d["max_shift"]) for d in deps)}
 
 
-def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None) -> str:
-    """Metric cards: speedups first (big), then one line per decoder; `lossy` = {decoder label:
-    lossy_summary} adds a warning card for decoders whose output is not exactly the target's;
-    `suggest` names a policy that sizes its tree from measured costs, offered when the main
-    decoder runs slower than plain."""
+def why_line(why: dict | None = None) -> str:
+    """One line on why the speedup in forwards is not the wall-clock one. `why`: the main
+    decoder's run priced with this machine's cost table (viz.whatif.price_run) adds its numbers."""
+    line = ("<b>Why the two differ:</b> on this machine a cycle's verification of N tokens costs "
+            "t(N)/t(1) times one token's forward, plus drafting")
+    if why and why.get("cycles") and why.get("speedup") is not None:
+        line += (f": here N ≈ {why['mean_n']:.0f} costs {why['verify_per_cycle']:.1f}×, drafting "
+                 f"{why['draft_per_cycle']:.1f}×, so a cycle costs {why['cost_per_cycle']:.1f} forwards' time "
+                 f"for its {why['tokens_per_cycle']:.1f} tokens ({why['speedup']:.2f}× at these prices)")
+    return line + "."
+
+
+def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None, why: dict | None = None) -> str:
+    """Metric cards: speedups first (big; wall-clock on this machine and in target forwards), the
+    line on why they differ, then one line per decoder; `lossy` = {decoder label: lossy_summary}
+    adds a warning card for decoders whose output is not exactly the target's; `suggest` names a
+    policy that sizes its tree from measured costs, offered when the main decoder runs slower
+    than plain; `why` (see why_line) puts this run's numbers in the line."""
     main = m["decoders"][0]
     cards = []
     for label, lo in (lossy or {}).items():
@@ -113,12 +180,21 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None)
                          f'exactly the target model\'s"><div class="mval">LOSSY</div><div class="mlab"><b>{label}</b> '
                          f'({lo["rule"]})<br><small>{lo["relaxed_tokens"]} relaxed tokens · max shift '
                          f'{lo["max_shift"]:.3f}</small></div></div>')
+    fwd = m.get("forward_speedups", {})
     for label, sp in m["speedups"].items():
         val = "–" if sp is None else f"{sp:.2f}×"
-        cards.append(f'<div class="mcard speed" title="tokens per second of {main["decoder"]} / tokens per second '
-                     f'of {label}, at the same number of tokens, each timed on its own work">'
-                     f'<div class="mval">{val}</div><div class="mlab"><b>{main["decoder"]}</b> vs {label}<br>'
-                     f'<small>wall-clock speedup</small></div></div>')
+        fs = fwd.get(label)
+        fval = "–" if fs is None else f"{fs:.2f}×"
+        pair = 'style="display:flex;align-items:center;gap:8px"'
+        cards.append(f'<div class="mcard speed" style="flex-basis:300px;flex-wrap:wrap;row-gap:2px;column-gap:18px">'
+                     f'<div class="mlab" style="flex-basis:100%"><b>{main["decoder"]}</b> vs {label}: speedup</div>'
+                     f'<div {pair} title="tokens per second of {main["decoder"]} / tokens per second of {label}, '
+                     f'at the same number of tokens, each timed on its own work"><div class="mval">{val}</div>'
+                     f'<div class="mlab"><small>wall clock,<br>this machine</small></div></div>'
+                     f'<div {pair} title="target forward passes {label} needed / forward passes {main["decoder"]} '
+                     f'needed, for the same tokens: what the tree buys on any hardware (against plain decoding: '
+                     f'tau)"><div class="mval" style="color:#374151">{fval}</div>'
+                     f'<div class="mlab"><small>in target<br>forward passes</small></div></div></div>')
     vs_plain = m["speedups"].get("plain")
     if (suggest and vs_plain is not None and vs_plain < 1.0 and main["tokens"] >= 16
             and not main["decoder"].startswith(suggest)):
@@ -126,6 +202,9 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None)
                      '<div class="mlab"><b>Slower than plain here?</b><br><small>On this device, verifying the '
                      f'whole tree costs more than the extra accepted tokens return. Policy <b>{suggest}</b> '
                      'sizes the tree from measured costs.</small></div></div>')
+    if m["speedups"] and main.get("cycles"):
+        cards.append(f'<div class="mcard why" style="flex-basis:100%;padding:4px 12px">'
+                     f'<div class="mlab">{why_line(why)}</div></div>')
     for d in m["decoders"]:
         cards.append(
             f'<div class="mcard" title="tau: generated tokens per target forward pass (plain decoding: 1)">'
@@ -143,8 +222,8 @@ def race_chart(all_series: list[dict], height: int = 330) -> go.Figure:
             x=[0.0] + s["wall_s"], y=[0] + s["tokens"], mode="lines+markers", name=s["label"],
             line=dict(color=colour(s, i), width=3, shape="hv"), marker=dict(size=5),
             hovertemplate=f"{s['label']}<br>%{{y}} tokens after %{{x:.2f}} s<extra></extra>"))
-    fig.update_layout(**base_layout("Race: tokens vs each decoder's own compute time", height=height))
-    fig.update_xaxes(title="seconds", rangemode="tozero")
+    fig.update_layout(**base_layout("Race: tokens vs compute time", height=height))
+    fig.update_xaxes(title="seconds (each decoder's own work)", rangemode="tozero")
     fig.update_yaxes(title="tokens generated", rangemode="tozero")
     return fig
 
@@ -181,7 +260,7 @@ def acceptance_histogram(all_series: list[dict], height: int = 330) -> go.Figure
                              customdata=counts,
                              hovertemplate=f"{s['label']}: %{{customdata}} cycles accepted %{{x}}<extra></extra>"))
     fig.update_layout(**base_layout("Accepted draft tokens per cycle", height=height), barmode="group")
-    fig.update_xaxes(title="accepted tokens (bonus not counted)", dtick=1)
+    fig.update_xaxes(title="accepted (bonus excluded)", dtick=1)
     fig.update_yaxes(title="share of cycles", rangemode="tozero", tickformat=".0%")
     return fig
 
@@ -233,7 +312,7 @@ def calibration_chart(steps, height: int = 330) -> go.Figure:
             customdata=np.stack([d["lo"], d["hi"], d["count"], d["accepted"]], axis=1),
             hovertemplate=(f"{kind} in [%{{customdata[0]:.1f}}, %{{customdata[1]:.1f}})<br>"
                            "%{customdata[3]} of %{customdata[2]} accepted = %{y:.0%}<extra></extra>")))
-    fig.update_layout(**base_layout("Calibration: draft confidence vs acceptance", height=height))
+    fig.update_layout(**base_layout("Calibration: confidence vs acceptance", height=height))
     fig.update_layout(legend=dict(orientation="v", x=0.02, y=0.98, xanchor="left", yanchor="top",
                                   bgcolor="rgba(255,255,255,0.8)"))
     fig.update_xaxes(title="draft confidence (bin mean)", range=[-0.02, 1.02])

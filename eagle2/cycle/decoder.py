@@ -18,7 +18,7 @@ from ..errors import UserError, check
 from ..model.chat import chat_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
-from ..model.timing import sync
+from ..model.timing import sync, verify_profile
 from ..policies.base import TreePolicy
 from ..policies.registry import make_policy
 from .drafting import HeadRunner
@@ -124,6 +124,7 @@ class Decoder:
         if self.policy is None:
             return self._plain_step()
         c = self._cycle(self.policy, self.draft_gen, self.gen)
+        self.policy.observe(c.tree.n_kept, c.timings["verify_s"])
         t0 = self._now()
         L = self.cache.length
         keep = [0] + c.path_pos
@@ -279,10 +280,11 @@ class Decoder:
 
     def _meta(self) -> dict:
         pol = {"name": self.policy_name, **(self.policy.params() if self.policy is not None else {})}
+        costs = verify_profile(self.b, measure=False)  # this machine's t(N), where measured (what-if views)
         return {"model": self.b.name, "head": self.b.head_name, "device": str(self.b.device),
                 "dtype": str(self.b.dtype).replace("torch.", ""), "policy": pol,
                 "sampling": vars(self.sampling).copy(), "max_new_tokens": self.max_new_tokens,
-                "prompt_ids": self.prompt_ids,
+                "prompt_ids": self.prompt_ids, "verify_profile_s": costs,
                 "prompt_text": self.b.tokenizer.decode(self.prompt_ids)}
 
     # ------------------------------------------------------------------ summaries

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from ..errors import UserError, check
-from ..policies.registry import BASELINE, DEFAULT, make_policy
+from ..policies.registry import BASELINE, DEFAULT, default_policy, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder
 from .sampling import SamplingParams
 from .trace import StepTrace
@@ -30,6 +30,12 @@ class RaceSettings:
     seed: int = 0
     max_new_tokens: int = 64
     side_by_side: bool = True
+
+    @classmethod
+    def for_device(cls, kind: str) -> "RaceSettings":
+        """The defaults that pay on this kind of device (registry.default_policy), against the
+        static tree and plain decoding; the tree settings are the hardware-aware policy's caps."""
+        return cls(policy=default_policy(kind))
 
     @property
     def tree(self) -> dict:

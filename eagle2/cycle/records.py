@@ -65,14 +65,20 @@ class AutoRecord(TreeRecord):
     kind: ClassVar[str] = "budget"
     n: int = 1                      # tokens verified, root included
     levels: int = 0                 # draft calls past the root's children
-    expected_tokens: float = 1.0
+    expected_tokens: float = 1.0    # at the best N
+    best_n: int | None = None       # the best N; differs from n when this cycle re-measures another size
 
     def rerank_note(self) -> str:
-        return (f" **Hardware-aware budget:** instead of a fixed N, this cycle's N = {self.n} maximises "
+        best = self.n if self.best_n is None else self.best_n
+        text = (f" **Hardware-aware budget:** instead of a fixed N, this cycle's N = {best} maximises "
                 f"expected tokens per second, (1 + the sum of the kept values) / (draft time + the target's "
                 f"measured time to verify N tokens); it expects {self.expected_tokens:.2f} tokens. It drafted "
                 f"{self.levels} level(s) past the root's children, each only after predicting that it would "
                 f"raise that rate.")
+        if best != self.n:
+            text += (f" This cycle verifies N = {self.n} instead, to re-measure what that size costs on this "
+                     f"machine (the budget's cost table corrects itself from every verification).")
+        return text
 
 
 @dataclass

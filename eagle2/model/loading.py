@@ -11,7 +11,7 @@ from safetensors import safe_open
 from ..errors import UserError
 from .head import EagleHead, load_head
 from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
-from .weights import PRESETS, hub_download, resolve_target
+from .weights import DEFAULT_PRESET, PRESETS, hub_download, local_folder, resolve_target
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
 
@@ -107,11 +107,33 @@ def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> Llama
     return model.to(device=device, dtype=dtype).eval()
 
 
-def _fetch_if_id(name: str, files: list[str]) -> Path:
-    p = Path(name).expanduser()
-    if p.exists():
-        return p
-    return hub_download(name, files)
+def _fetch_if_id(name: str, files: list[str], what: str = "head") -> Path:
+    p = local_folder(name, what)
+    return p if p is not None else hub_download(name, files)
+
+
+def head_label(head: str, preset=None) -> str:
+    """The head as people name it, never a machine path: the preset's shipped head by the preset's
+    name, a local folder by its path under the working directory (else its last component), a Hub
+    id as it is."""
+    p = Path(str(head)).expanduser()
+    if not p.exists():
+        return str(head)  # a Hub id
+    p = p.resolve()
+    if preset is not None and preset.head and p == Path(preset.head).resolve():
+        return f"{preset.name} (shipped EAGLE head)"
+    try:
+        return str(p.relative_to(Path.cwd().resolve())) or p.name
+    except ValueError:
+        return p.name or str(head)
+
+
+def check_sources(target: str | None, head: str | None) -> None:
+    """Fail fast (before torch/transformers work): a path-shaped --target / --head with nothing there."""
+    if target and target not in PRESETS:
+        local_folder(target, "target")
+    if head not in (None, "random"):
+        local_folder(head, "head")
 
 
 def load_bundle(target: str | None = None, head: str | None = None, device: str | None = "cpu",
@@ -119,8 +141,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     """`target`: preset name, local folder or HF id. `head`: local folder, HF id, 'random', or
     None for the preset's shipped head (random if the preset has none yet). `pack`: prepack the
     frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls."""
-    from transformers import AutoTokenizer
-
+    check_sources(target, head)
     dev = pick_device(device)
     if dtype is None:
         dt = torch.float32 if dev.type == "cpu" else torch.bfloat16  # CPU bf16 matmuls are ~400x slower
@@ -129,7 +150,9 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
               "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
         if dt is None:
             raise UserError(f"Unknown dtype {dtype!r}: use float32, bfloat16 or float16.")
-    target = target or "smollm2-135m"
+    from transformers import AutoTokenizer
+
+    target = target or DEFAULT_PRESET
     preset = PRESETS.get(target)
     where = resolve_target(target)
     folder = Path(where) if isinstance(where, Path) else hub_download(
@@ -152,7 +175,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     else:
         hf = _fetch_if_id(head, ["config.json", "*.safetensors", "pytorch_model.bin"])
         h, own = load_head(hf, model.args)
-        head_name = str(head)
+        head_name = head_label(head, preset)
     h = h.to(device=dev, dtype=dt).eval()
     if not getattr(h, "has_embed", False):
         h.embed_tokens.weight = torch.nn.Parameter(model.embed_tokens.weight.detach(), requires_grad=False)

@@ -1,12 +1,18 @@
 """Measured costs of the target on this machine: t(N), the time to verify N tree tokens.
 
-t(N) is measured once per device, model, dtype, thread count and weight layout and cached as
-JSON under cache_dir(); the hardware-aware budget (policies/auto.py) and the profile read it.
+t(N) is measured at start-up once per device, model, dtype, torch version, thread count and
+weight layout, and cached as JSON under cache_dir(). A cached table is only a starting point: it
+is sanity-checked when read (`plausible`), and `CostTable` corrects it from every verification
+the decoder times, writing the corrected table back when the live figures disagree (a table
+measured while the machine was busy must not steer the hardware-aware budget forever).
 """
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import time
+from collections import deque
 
 import numpy as np
 import torch
@@ -48,16 +54,110 @@ def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID
     return out
 
 
-def verify_profile(bundle, refresh: bool = False, measure: bool = True) -> dict[int, float] | None:
-    """t(N) for this bundle on this machine: from the cache, or measured now (seconds) and cached
-    (with measure=False: None when nothing is cached)."""
+def plausible(t: dict[int, float]) -> bool:
+    """A t(N) table a budget may start from: N = 1 and another point, every time positive and
+    finite, non-decreasing within noise (30%), and no N costing less than half of one token or
+    more than 1.5 N tokens' forwards (one forward of N tokens never beats one token by much, nor
+    costs more than N forwards)."""
+    if 1 not in t or len(t) < 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+                                           for v in t.values()):
+        return False
+    top = 0.0
+    for n in sorted(t):
+        if t[n] < 0.7 * top or not 0.5 * t[1] <= t[n] <= 1.5 * n * t[1]:
+            return False
+        top = max(top, t[n])
+    return True
+
+
+def _cache_key(bundle) -> str:
     packed = "|packed" if bundle.packed else ""
-    key = f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|{torch.get_num_threads()}t{packed}"
+    return (f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|torch {torch.__version__}|"
+            f"{torch.get_num_threads()}t{packed}")
+
+
+def _read_cache() -> dict:
     path = cache_dir() / "verify_times.json"
-    table = json.loads(path.read_text()) if path.exists() else {}
-    if not measure and key not in table:
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        return {}  # a corrupt cache: measure again
+
+
+def store_profile(bundle, t: dict[int, float]) -> None:
+    """Write t(N) for this bundle on this machine to the cache (the next start begins from it)."""
+    table = _read_cache()
+    table[_cache_key(bundle)] = {str(k): float(v) for k, v in sorted(t.items())}
+    path = cache_dir() / "verify_times.json"
+    tmp = path.with_suffix(".part")
+    tmp.write_text(json.dumps(table, indent=1))
+    tmp.replace(path)
+
+
+def verify_profile(bundle, refresh: bool = False, measure: bool = True) -> dict[int, float] | None:
+    """t(N) for this bundle on this machine: from the cache if it is plausible, else measured now
+    (seconds) and cached (with measure=False: None when no plausible table is cached)."""
+    cached = _read_cache().get(_cache_key(bundle))
+    t = {int(k): float(v) for k, v in cached.items()} if isinstance(cached, dict) else None
+    if not refresh and t is not None and plausible(t):
+        return t
+    if not measure:
         return None
-    if refresh or key not in table:
-        table[key] = {str(k): v for k, v in measure_verify_times(bundle).items()}
-        path.write_text(json.dumps(table, indent=1))
-    return {int(k): v for k, v in table[key].items()}
+    t = measure_verify_times(bundle)
+    store_profile(bundle, t)
+    return t
+
+
+class CostTable:
+    """t(N) for the budget: a prior table (start-up or cached) corrected by live verifications.
+
+    Each observed N keeps the median of its last `window` timings. A prior point nobody has
+    observed is scaled by live/prior at the nearest observed N below it, so one verification at
+    N = 2 that took a third of the prior's figure corrects the whole table above it, not only that
+    point (points below every observation keep the prior: the budget explores both ways). When the live figures disagree with the prior by more than `tolerance` (3 or more
+    timings at an N), `on_change` receives the corrected table (the cache is rewritten), at most
+    once per `window` * 8 observations."""
+
+    def __init__(self, prior: dict[int, float], window: int = 5, tolerance: float = 1.5, on_change=None):
+        self.prior = {int(n): float(v) for n, v in prior.items()}
+        self.window, self.tolerance, self.on_change = window, tolerance, on_change
+        self.live: dict[int, deque] = {}
+        self.observed = 0
+        self._last_saved = -10 ** 9
+
+    def _prior_at(self, n: float) -> float:
+        xs = sorted(self.prior)
+        return float(np.interp(n, xs, [self.prior[x] for x in xs]))
+
+    def observe(self, n: int, seconds: float) -> None:
+        if n < 1 or not seconds > 0:
+            return
+        self.live.setdefault(int(n), deque(maxlen=self.window)).append(float(seconds))
+        self.observed += 1
+        if self.on_change is not None and self.observed - self._last_saved >= 8 * self.window and self.disagrees():
+            self._last_saved = self.observed
+            self.on_change(self.estimates())
+
+    def disagrees(self) -> bool:
+        for n, d in self.live.items():
+            if len(d) >= 3:
+                r = statistics.median(d) / self._prior_at(n)
+                if not 1 / self.tolerance <= r <= self.tolerance:
+                    return True
+        return False
+
+    def estimates(self) -> dict[int, float]:
+        live = {n: statistics.median(d) for n, d in self.live.items() if d}
+        if not live:
+            return dict(self.prior)
+        out = dict(live)
+        for g, v in self.prior.items():
+            below = [n for n in live if n < g]
+            if g not in live:
+                out[g] = v * live[max(below)] / self._prior_at(max(below)) if below else v
+        return dict(sorted(out.items()))
+
+    def t(self, n: float) -> float:
+        est = self.estimates()
+        xs = sorted(est)
+        return float(np.interp(n, xs, [est[x] for x in xs]))

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -151,16 +152,52 @@ def resolve_target(target: str) -> Path | str:
             dest.parent.mkdir(parents=True, exist_ok=True)
             _convert_gguf(_locate_gguf(PYPI_GGUF[key]), dest)
         return dest
-    p = Path(target).expanduser()
-    if p.exists():
+    p = local_folder(target, "target")
+    if p is not None:
         if not (p / "config.json").exists():
             raise UserError(f"{p} has no config.json: a target folder needs config.json, weights "
                             f"(*.safetensors) and tokenizer files.")
         return p
-    if target.count("/") == 1 and not target.startswith((".", "/", "~")):
+    if is_hub_id(target) and "/" in target:
         return target  # a Hugging Face id; the loader reports an unreachable hub clearly
     raise UserError(f"Unknown model {target!r}: use a preset ({', '.join(PRESETS)}), a local folder "
                     f"or a Hugging Face id like 'owner/name'.")
+
+
+# A Hugging Face repo id: "name" or "owner/name" (huggingface_hub's rules: letters, digits, '-', '_',
+# '.'; neither '--' nor '..'; no '-' or '.' at either end of a part).
+_HUB_PART = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"
+_HUB_ID = re.compile(rf"(?:{_HUB_PART}/)?{_HUB_PART}")
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` is shaped like a Hugging Face repo id ("name" or "owner/name")."""
+    return bool(_HUB_ID.fullmatch(name)) and "--" not in name and ".." not in name
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether a --target / --head value can only mean a local folder: it starts like a path
+    ('/', './', '../', '~') or has a path separator without being shaped like a Hub id 'owner/name'
+    ("runs/stage3/head", "runs/head/")."""
+    s = str(name)
+    if s in (".", "..") or s.startswith(("/", "~", "./", "../", ".\\", "..\\")):
+        return True
+    seps = {os.sep, os.altsep or os.sep, "/"}
+    return any(c in s for c in seps) and not is_hub_id(s)
+
+
+def local_folder(name: str, what: str) -> Path | None:
+    """The local folder a --target / --head value names, or None where it can only be a Hub id
+    (nothing of that name here, and not path-shaped). A path-shaped name with nothing there is a
+    UserError ("no such folder"), before anything is loaded or fetched."""
+    p = Path(str(name)).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise UserError(f"The {what} {name} is a file; give the folder that holds it.")
+        return p
+    if looks_like_path(name):
+        raise UserError(f"no such folder: {name} (the {what} looks like a local path).")
+    return None
 
 
 def hub_download(repo_id: str, filenames: list[str]) -> Path:
@@ -169,5 +206,6 @@ def hub_download(repo_id: str, filenames: list[str]) -> Path:
         from huggingface_hub import snapshot_download
         return Path(snapshot_download(repo_id, allow_patterns=filenames))
     except Exception as e:  # offline, unknown repo, gated...
-        raise UserError(f"Could not fetch {repo_id!r} from the Hugging Face Hub ({type(e).__name__}). "
-                        f"Without a network, pass a local folder instead.") from None
+        raise UserError(f"Could not fetch {repo_id!r} from the Hugging Face Hub ({type(e).__name__}), and "
+                        f"there is no local folder of that name. Without a network, pass a local folder "
+                        f"instead.") from None

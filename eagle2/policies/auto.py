@@ -1,10 +1,13 @@
 """The hardware-aware budget (docs/algorithms.md §9): EAGLE-2 whose N, and optionally
 depth, are chosen every cycle from this machine's measured costs.
 
-t(N), the target's time to verify N tokens, comes from model/timing.py (measured once per device
-and model, cached). Each cycle keeps the N that maximises expected tokens per second,
-(1 + sum of the N-1 best node values) / (t_draft + t(N)): node values approximate acceptance
-probabilities, so their sum estimates the accepted length.
+t(N), the target's time to verify N tokens, starts from model/timing.py's table (measured at
+start-up, or cached) and is corrected by every verification the decoder times (`observe`). Each
+cycle keeps the N that maximises expected tokens per second, (1 + sum of the N-1 best node
+values) / (t_draft + t(N)): node values approximate acceptance probabilities, so their sum
+estimates the accepted length. Every EXPLORE_EVERY cycles the budget verifies one other N (twice
+the best, then half of it) so that a wrong prior for sizes it never chooses gets re-measured;
+any N is lossless, so exploring costs only time.
 """
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ import numpy as np
 from ..cycle.records import AutoRecord
 from ..cycle.tree import DraftTree
 from ..errors import check
-from ..model.timing import verify_profile
+from ..model.timing import CostTable, store_profile, verify_profile
 from .eagle2 import Eagle2Policy
+
+EXPLORE_EVERY = 16
 
 
 def best_rate(values: np.ndarray, spent_s: float, t_of, max_n: int = 1 << 30) -> tuple[int, float]:
@@ -47,27 +52,35 @@ class AutoBudgetPolicy(Eagle2Policy):
     total_tokens: int = 64
     profile: dict = field(default_factory=dict)   # t(N) in seconds; measured by prepare() if empty
     adaptive_depth: bool = True
+    learn_costs: bool = True    # correct t(N) from the verifications it times (and explore to do so)
     name: ClassVar[str] = "eagle2-auto"
 
     def __post_init__(self):
         self.call_s = 0.0          # running mean seconds of one draft call (measured)
         self.rank_prob = None      # running mean draft probability of the child at each rank
-        self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}}
-        self._clamp()
+        self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0}
+        self.costs = None
+        self._use(self.profile)
 
-    def _clamp(self) -> None:
+    def _use(self, profile: dict, on_change=None) -> None:
+        self.profile = {int(n): float(v) for n, v in profile.items()}
         if self.profile:  # no extrapolation past the largest measured N
-            self.total_tokens = min(self.total_tokens, max(int(n) for n in self.profile))
+            self.total_tokens = min(self.total_tokens, max(self.profile))
+            self.costs = CostTable(self.profile, on_change=on_change)
 
     def prepare(self, bundle) -> None:
-        if not self.profile:
-            self.profile = verify_profile(bundle)
-            self._clamp()
+        """Start from this machine's cached (or now measured) t(N); corrections are written back.
+        A table given by the caller is corrected live but never written to the cache."""
+        if self.costs is None:
+            self._use(verify_profile(bundle), on_change=lambda t: store_profile(bundle, t))
         check(len(self.profile) >= 2, "The auto budget needs a measured verification profile.")
 
     def t_of(self, n: int) -> float:
-        xs = sorted(self.profile)
-        return float(np.interp(n, xs, [self.profile[x] for x in xs]))
+        return self.costs.t(n)
+
+    def observe(self, n_verified: int, verify_s: float) -> None:
+        if self.learn_costs:
+            self.costs.observe(n_verified, verify_s)
 
     @staticmethod
     def _pool_values(tree: DraftTree) -> np.ndarray:
@@ -97,14 +110,29 @@ class AutoBudgetPolicy(Eagle2Policy):
             self.call_s = per if self.call_s == 0.0 else 0.8 * self.call_s + 0.2 * per
         self._learn_ranks(tree)
         best_n, rate = best_rate(self._pool_values(tree), spent, self.t_of, self.total_tokens)
-        self.rerank(tree, best_n)
+        n = self._explore(best_n, len(tree.tokens))
+        self.rerank(tree, n)
         # the expected tokens are the chosen rate times the cycle's time
-        tree.record = AutoRecord(n=best_n, levels=calls, expected_tokens=float(rate * (spent + self.t_of(best_n))))
+        tree.record = AutoRecord(n=n, levels=calls, expected_tokens=float(rate * (spent + self.t_of(best_n))),
+                                 best_n=best_n)
         st = self.stats
+        st["explored"] += n != best_n
         st["cycles"] += 1
         st["draft_calls"] += tree.draft_calls
         st["levels"][str(calls)] = st["levels"].get(str(calls), 0) + 1
-        st["n"][str(best_n)] = st["n"].get(str(best_n), 0) + 1
+        st["n"][str(n)] = st["n"].get(str(n), 0) + 1
+
+    def _explore(self, best_n: int, pool: int) -> int:
+        """The N to verify this cycle: the best one, except every EXPLORE_EVERY cycles twice it
+        (and, half-way between, half of it), to re-measure sizes the budget would not choose."""
+        k = self.stats["cycles"] % EXPLORE_EVERY
+        if not self.learn_costs:
+            return best_n
+        if k == 1:
+            return min(self.total_tokens, pool, max(2, 2 * best_n))
+        if k == 1 + EXPLORE_EVERY // 2:
+            return max(1, best_n // 2)
+        return best_n
 
     def _learn_ranks(self, tree: DraftTree) -> None:
         """Running mean draft probability of the rank-r child of an expanded node (levels >= 1)."""
@@ -124,7 +152,7 @@ class AutoBudgetPolicy(Eagle2Policy):
             self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
 
     def summary_stats(self) -> dict:
-        return dict(self.stats)
+        return {**self.stats, "verify_s": self.costs.estimates() if self.costs else {}}
 
 
 @dataclass

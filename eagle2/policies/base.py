@@ -79,6 +79,10 @@ class TreePolicy:
             return V.specinfer(toks, vb.children, logits, [tree.draft_dists.get(p) for p in vb.pool_idx], sp, gen)
         return V.topk_sampling(toks, vb.children, logits, sp, gen)
 
+    def observe(self, n_verified: int, verify_s: float) -> None:
+        """The decoder's timing of this cycle's verification (N tokens, root included): policies
+        that budget by measured costs learn from it."""
+
     # -- reporting
     @property
     def lossy(self) -> bool:

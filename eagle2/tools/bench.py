@@ -27,7 +27,8 @@ from ..model.chat import chat_ids
 from ..model.loading import load_bundle
 from ..model.timing import sync, verify_profile
 from ..policies.registry import DEFAULT, cli_kwargs
-from .flags import add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads, sampling_from
+from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
+                    recalibrate, sampling_from)
 from .selfdistill import read_prompts
 
 BASELINES = ("hf", "hf-pld")  # transformers' generate and its prompt lookup, not tree policies
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(ap)
     add_policy_args(ap)
     add_model_args(ap)
+    add_cost_args(ap)
     add_sampling_args(ap)
     return ap
 
@@ -179,6 +181,7 @@ def main(argv=None) -> int:
     tree_kw = {"total_tokens": a.total_tokens, "depth": a.depth, "top_k": a.top_k}
     own = {n: cli_kwargs(n, a, strict=False) for n in names if n not in ("plain", *BASELINES)}  # before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
+    recalibrate(a, bundle)
     variants = build_variants(a, bundle, names, sp, tree_kw, own)
     warm = {"question_id": -1, "category": "warmup", "turns": ["Say hello."]}
     for n, r in variants:  # one short run of everything first (allocators, caches, lazy tables)

@@ -12,8 +12,9 @@ import sys
 
 from ..errors import UserError
 from ..model.weights import DEFAULT_PRESET
-from ..policies.registry import DEFAULT
-from .flags import add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads, sampling_from
+from ..policies.registry import default_policy
+from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
+                    recalibrate, sampling_from)
 
 TOOLS = ("bench", "train", "profile")  # sub-commands with parsers of their own
 
@@ -24,9 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="decode one prompt with a policy")
     g.add_argument("--prompt", required=True)
-    g.add_argument("--policy", default=DEFAULT,
+    g.add_argument("--policy", default=None,
                    help="plain or a tree policy: eagle2, eagle2-auto (N and depth chosen per cycle from measured "
-                        "costs; --total-tokens and --depth are its caps), static, ddd, dyspec, lantern, ...")
+                        "costs; --total-tokens and --depth are its caps), static, ddd, dyspec, lantern, ... "
+                        f"(default: the one that pays on --device: {default_policy('cpu')} on a CPU, "
+                        f"{default_policy('cuda')} on a GPU)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--raw", action="store_true", help="no chat template")
     g.add_argument("--trace-out", default=None, help="write the step trace JSON here")
@@ -35,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(g)
     add_policy_args(g)
     add_model_args(g)
+    add_cost_args(g)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model (once)")
     f.add_argument("--target", default=DEFAULT_PRESET)
@@ -45,15 +49,35 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def resolve_policy(a) -> str:
+    """--policy, or (not given) the policy that pays on --device (registry.default_policy)."""
+    return a.policy if a.policy else default_policy(str(a.device or "cpu").strip().lower())
+
+
+def check_generate(a) -> dict:
+    """Every generate flag checked before anything is loaded; returns the policy's own parameters."""
+    from ..cycle.decoder import MAX_NEW_TOKENS
+    from ..errors import check
+    from ..policies.registry import cli_kwargs, policy_class
+
+    check(isinstance(a.prompt, str) and a.prompt.strip() != "", "The prompt is empty: type something first.")
+    check(1 <= a.max_new_tokens <= MAX_NEW_TOKENS,
+          f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {a.max_new_tokens}).")
+    if a.policy.lower() != "plain":
+        policy_class(a.policy)  # an unknown name fails here, not after the model has loaded
+    return cli_kwargs(a.policy, a)  # the tree flags and --ddd-*/--dyspec-*/--lantern-*, by building it
+
+
 def cmd_generate(a) -> int:
     from ..cycle.decoder import Decoder
     from ..model.loading import load_bundle
-    from ..policies.registry import cli_kwargs
 
+    a.policy = resolve_policy(a)
     sp = sampling_from(a)
-    own = cli_kwargs(a.policy, a)  # --ddd-*/--dyspec-*/--lantern-* flags, checked before loading
+    own = check_generate(a)  # validate everything, then load
     apply_threads(a)
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
+    recalibrate(a, bundle)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
                   total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)
     note = dec.policy.lossy_note(sp.greedy) if dec.policy is not None else None

@@ -23,6 +23,18 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, help="children per expanded node and beam width")
 
 
+def add_cost_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recalibrate", action="store_true",
+                   help="re-measure this machine's verification costs t(N) (the hardware-aware budget's "
+                        "starting table, cached per device, model, torch version and thread count)")
+
+
+def recalibrate(a, bundle) -> None:
+    if getattr(a, "recalibrate", False):
+        from ..model.timing import verify_profile
+        verify_profile(bundle, refresh=True)
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -47,5 +59,5 @@ def apply_threads(a) -> None:
     if getattr(a, "threads", 0):
         import torch
         from ..errors import check
-        check(a.threads >= 1, f"--threads must be >= 1 (got {a.threads}).")
+        check(a.threads >= 1, f"--threads must be >= 1, or 0 for torch's default (got {a.threads}).")
         torch.set_num_threads(a.threads)

@@ -8,22 +8,35 @@ from eagle2.policies.registry import names as policy_names
 
 from .. import handlers as h
 from ..dashboard import DASH, build_dashboard
-from ..help import HELP, policy_help
-from ..session import DEFAULTS
+from ..help import HELP, policy_help, preset_label, presets_help
+from ..session import defaults, device_kind
 from ..traces import load_examples
 from ..wiring import on
 
 COLOUR_CHOICES = ["path value", "draft prob"]
+PRESETS = (("cpu", "CPU"), ("cuda", "GPU"))   # the tree presets: each device kind's defaults
+TREE = ("policy", "compare", "total_tokens", "depth", "top_k")   # the controls a preset sets
 
 
-def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str) -> tuple[dict, dict]:
-    """The tab's contents (call inside `with gr.Tab(...)`). Returns its controls and its outputs
-    (LIVE: the session, the status line and the dashboard), each keyed by name."""
+def preset_values(kind: str):
+    """A click handler: the tree controls' values of `kind`'s defaults, in the order of TREE."""
+    def values() -> list:
+        s = defaults(kind)
+        return [getattr(s, n) for n in TREE]
+    return values
+
+
+def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str,
+                   device: str | None = None) -> tuple[dict, dict]:
+    """The tab's contents (call inside `with gr.Tab(...)`), its controls at the defaults for
+    `device` (None: the device the page's model was started for). Returns its controls and its
+    outputs (LIVE: the session, the status line and the dashboard), each keyed by name."""
     examples = load_examples()
     ex_choices = [f"{cat} · {p}" for cat, ps in examples.items() for p in ps]
     ex_map = dict(zip(ex_choices, [p for ps in examples.values() for p in ps]))
     pols = policy_names()
-    d = DEFAULTS
+    kind = device_kind(device)
+    d = defaults(kind)
     c: dict = {}
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=340):
@@ -37,6 +50,14 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str) -> 
                 c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=70)
                 c["reset"] = gr.Button("Reset", elem_id="reset-btn", min_width=70)
             with gr.Accordion("Tree settings", open=True):
+                with gr.Row():   # each device kind's defaults, one click away
+                    for k, who in PRESETS:
+                        mark = " (this machine)" if k == kind else ""
+                        c[f"preset_{k}"] = gr.Button(f"{who} default{mark}: {preset_label(defaults(k))}",
+                                                     size="sm", elem_id=f"preset-{k}", min_width=150)
+                c["presets_help"] = gr.HTML(f'<p style="font-size:var(--block-info-text-size);color:'
+                                            f'var(--block-info-text-color);margin:0 2px">{presets_help(kind)}</p>',
+                                            elem_id="presets-help")
                 c["policy"] = gr.Dropdown(pols, value=d.policy, label="Tree policy", info=policy_help(),
                                           elem_id="policy")
                 c["compare"] = gr.Dropdown(pols, value=d.compare, label="Compare with", info=HELP["compare"],
@@ -79,4 +100,6 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str) -> 
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
         on(event, h.on_live_view, redraw, DASH, dash, trigger_mode="always_last", show_progress="hidden")
     c["export"].click(h.on_export_live, [sess], [c["files"]])
+    for k, _ in PRESETS:
+        c[f"preset_{k}"].click(preset_values(k), None, [c[n] for n in TREE], queue=False, show_progress="hidden")
     return c, out

@@ -1,0 +1,149 @@
+"""What a user sees when starting things: `python app.py` says in the terminal when the model is
+ready (or why it failed, while the page keeps serving Replay); a --head / --target that looks like
+a local path and is not there says "no such folder"; bad start-up options fail at once; the page
+names the head, never a machine path."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from eagle2.errors import UserError
+from eagle2.model.loading import check_sources, head_label
+from eagle2.model.weights import PRESETS, is_hub_id, local_folder, looks_like_path, resolve_target
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["/nonexistent", "./nope", "../nope", "~/nope-eagle2-head", "runs/stage3/head",
+                                  "runs/head/", "a--b/c"])
+def test_path_shaped_names_that_are_not_there_say_no_such_folder(name):
+    assert looks_like_path(name)
+    for what in ("head", "target"):
+        with pytest.raises(UserError, match=f"no such folder: {name}"):
+            local_folder(name, what)
+    with pytest.raises(UserError, match="no such folder"):
+        resolve_target(name)
+    with pytest.raises(UserError, match="no such folder"):
+        check_sources(None, name)
+
+
+@pytest.mark.parametrize("name", ["yuhuili/EAGLE-LLaMA3-Instruct-8B", "owner/name", "gpt2"])
+def test_hub_ids_are_not_taken_for_paths(name):
+    assert is_hub_id(name) and not looks_like_path(name)
+    assert local_folder(name, "head") is None       # left to the Hub
+    check_sources(name, name)
+
+
+def test_existing_folders_and_files(tmp_path):
+    assert local_folder(str(tmp_path), "head") == tmp_path
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"")
+    with pytest.raises(UserError, match="is a file"):
+        local_folder(str(f), "head")
+
+
+def test_head_label_is_a_name_not_a_machine_path(tmp_path, monkeypatch):
+    preset = PRESETS["smollm2-135m"]
+    assert head_label(preset.head, preset) == "smollm2-135m (shipped EAGLE head)"
+    assert head_label("yuhuili/EAGLE-x", preset) == "yuhuili/EAGLE-x"
+    (tmp_path / "runs" / "head").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert head_label(str(tmp_path / "runs" / "head")) == "runs/head"   # under the working directory
+    monkeypatch.chdir(REPO)
+    assert head_label(str(tmp_path / "runs" / "head")) == "head"        # elsewhere: the folder's name
+
+
+# ------------------------------------------------------------------ python app.py, for real
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class App:
+    """`python app.py ARGS` on a free port, stdout and stderr each in a file."""
+
+    def __init__(self, tmp_path: Path, *args: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS="1", PYTHONUNBUFFERED="1")
+        with open(self.out, "w") as o, open(self.err, "w") as e:
+            self.proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--host", "127.0.0.1",
+                                          "--port", str(self.port), *args], cwd=REPO, env=env, stdout=o,
+                                         stderr=e, start_new_session=True)
+
+    def text(self) -> tuple[str, str]:
+        return self.out.read_text(), self.err.read_text()
+
+    def wait_for(self, fragment: str, stream: int, timeout: float = 240.0) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            text = self.text()[stream]
+            if fragment in text:
+                return text
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        out, err = self.text()
+        pytest.fail(f"no {fragment!r} (exit {self.proc.poll()}):\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}")
+
+    def serves(self) -> bool:
+        with urllib.request.urlopen(self.url + "/", timeout=10) as r:
+            return r.status == 200
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def test_app_says_when_the_model_is_ready(tmp_path, tiny_target):
+    folder, _ = tiny_target("startup", vocab=97, max_pos=64)
+    app = App(tmp_path, "--target", str(folder), "--head", "random")
+    try:
+        out = app.wait_for("ready at", 0)
+        line = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
+        assert line.startswith(f"ready at {app.url} (model loaded in ") and line.endswith(" s)"), line
+        assert f"serving {app.url}" in out.splitlines()[0]
+        assert app.serves()
+        assert "error" not in app.text()[1].lower()
+    finally:
+        app.stop()
+
+
+def test_app_with_a_missing_head_folder_says_so_and_keeps_serving(tmp_path):
+    app = App(tmp_path, "--head", "/nonexistent")
+    try:
+        err = app.wait_for("no such folder", 1)
+        lines = [ln for ln in err.splitlines() if "no such folder" in ln]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "/nonexistent" in lines[0], err
+        assert "Hugging Face" not in err and "Traceback" not in err
+        assert app.serves()                                   # the page still serves Replay
+        assert "ready at" not in app.text()[0]
+    finally:
+        app.stop()
+
+
+@pytest.mark.parametrize("args, fragment", [(["--threads", "-1"], "--threads"),
+                                            (["--concurrency", "0"], "--concurrency"),
+                                            (["--port", "70000"], "--port")])
+def test_app_rejects_bad_options_before_loading(args, fragment):
+    t0 = time.time()
+    r = subprocess.run([sys.executable, str(REPO / "app.py"), *args], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and fragment in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr, r.stderr
+    assert time.time() - t0 < 30                               # nothing was imported or loaded
