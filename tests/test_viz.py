@@ -1,6 +1,7 @@
 """viz/ on a hand-built fixture trace (known tree, known accepted path) and on the shipped traces."""
 from __future__ import annotations
 
+import html
 import json
 import math
 import random
@@ -15,7 +16,7 @@ from eagle2.cycle.records import DDDRecord, DySpecRecord, RelaxationRecord
 from eagle2.cycle.tree import DraftTree
 from viz.charts import series, speedup_series, wall_at
 from viz.tables import COLUMNS
-from viz.tree_graph import BONUS, layout, tree_graph
+from viz.tree_graph import BONUS, LABEL_CHARS, MIN_WIDTH_PX, layout, tree_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 LN = math.log
@@ -140,8 +141,13 @@ def test_hover_shows_whitespace_probabilities_and_status(steps):
     assert "↵" in hov_d[7] and "dropped by rerank" in hov_d[7]
 
 
-def _random_tree(seed=0, k=10, depth=5, n_keep=60):
-    """An EAGLE-2-shaped pool (k + depth*k^2 nodes) with a realistic rerank."""
+TOKENS = [" the", " ocean", "\n", "'s", ",", " reminder", " extraordinarily", " A", "ing", " whispers", " of",
+          " sea", ".", " and", " beneath", " silver", " moon", "The", " light", " 42", " wave", " 日本"]
+
+
+def _random_tree(seed=0, k=10, depth=5, n_keep=60, accept=0):
+    """An EAGLE-2-shaped pool (k + depth*k^2 nodes) with a realistic rerank, its beams, token texts
+    of real lengths, and `accept` accepted nodes down the best children (then a bonus)."""
     rng = random.Random(seed)
     parents, depths, ranks, logp, values, levels = [-1], [0], [0], [0.0], [0.0], [-1]
 
@@ -155,9 +161,12 @@ def _random_tree(seed=0, k=10, depth=5, n_keep=60):
             out.append(len(parents) - 1)
         return out
     beam = add(0, 0)
+    beams = [list(beam)]
     for lv in range(1, depth + 1):
         new = [c for b in beam for c in add(b, lv)]
         beam = sorted(new, key=lambda i: -values[i])[:k]
+        if lv < depth:
+            beams.append(list(beam))
     n = len(parents)
     keep = set(sorted(range(1, n), key=lambda i: -values[i])[: n_keep - 1])
     for i in list(keep):
@@ -165,16 +174,24 @@ def _random_tree(seed=0, k=10, depth=5, n_keep=60):
         while p > 0:
             keep.add(p); p = parents[p]
     kept = [i == 0 or i in keep for i in range(n)]
+    path, node = [], 0
+    for _ in range(accept):
+        ch = [j for j in range(n) if parents[j] == node and kept[j]]
+        if not ch:
+            break
+        node = min(ch, key=lambda j: ranks[j])
+        path.append(node)
+    texts = [rng.choice(TOKENS) for _ in range(n)]
     tree = DraftTree(tokens=list(range(n)), parents=parents, depths=depths, ranks=ranks, logp=logp, values=values,
                      levels=levels, kept=kept, order=list(range(n)), target_prob=[None] * n,
-                     accepted=[i == 0 for i in range(n)])
-    return StepTrace(cycle=1, policy="eagle2", new_tokens=[5], new_texts=["x"], accepted_len=0, bonus=5,
-                     timings={}, cumulative={}, tree=tree, tree_texts=[f"tok{i}" for i in range(n)],
-                     accepted_path=[])
+                     accepted=[i == 0 or i in path for i in range(n)], beam=beams)
+    return StepTrace(cycle=1, policy="eagle2", new_tokens=[tree.tokens[i] for i in path] + [5],
+                     new_texts=[texts[i] for i in path] + [" shimmering"], accepted_len=len(path), bonus=5,
+                     timings={}, cumulative={}, tree=tree, tree_texts=texts, accepted_path=path)
 
 
 @pytest.mark.parametrize("show_dropped", [False, True])
-def test_layout_labels_never_overlap_at_n60(show_dropped):
+def test_layout_rows_at_n60(show_dropped):
     st = _random_tree()
     assert len(st.tree.tokens) == 511
     G = tree_graph(st)
@@ -196,6 +213,193 @@ def test_layout_labels_never_overlap_at_n60(show_dropped):
     assert 420 <= fig.layout.height <= 1500
     if show_dropped:
         assert rows < 2.2 * sum(1 for v in labelled if not any(c in labelled for c in G.successors(v)))
+
+
+def label_boxes(fig, width: float) -> list[tuple]:
+    """(trace, node, text, box) of every label of a tree figure drawn `width` px wide, box =
+    (x0, y0, x1, y1) in px from the plot's top left, worked out from the figure alone: the axis
+    ranges and margins, each point's position, marker size, text position, font size and text
+    width (Plotly offsets a text by the marker's radius / 0.8 + 1; a line is ~1.17 em tall, its
+    baseline 0.25 em under the centre for "middle")."""
+    lay = fig.layout
+    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
+    (x0, x1), (y_bottom, y_top) = lay.xaxis.range, lay.yaxis.range          # y reversed: top row first
+    sx, sy = pw / (x1 - x0), ph / (y_bottom - y_top)
+    out = []
+    for t in fig.data:
+        if not t.mode or "text" not in t.mode:
+            continue
+        n = len(t.x)
+        as_list = lambda a: list(a) if isinstance(a, (list, tuple)) else [a] * n
+        font, bold = t.textfont.size, t.textfont.weight == "bold"
+        for c, x, y, text, where, size in zip(t.customdata, t.x, t.y, as_list(t.text), as_list(t.textposition),
+                                              as_list(t.marker.size)):
+            if not text:
+                continue
+            w = viz.common.text_px(html.unescape(text), font, bold)
+            off = size / 2 / 0.8 + 1
+            px, py = (x - x0) * sx, (y - y_top) * sy
+            vert, side = where.split()
+            base = py + {"middle": 0.25 * font, "top": -0.25 * font - off, "bottom": 0.75 * font + off}[vert]
+            left = px + off if side == "right" else px - off - w
+            out.append((t.name, c, html.unescape(text), (left, base - 0.93 * font, left + w, base + 0.24 * font)))
+    return out
+
+
+def marker_boxes(fig, width: float) -> list[tuple]:
+    """(node, box) of every drawn marker, rings included, in the same px frame as label_boxes."""
+    lay = fig.layout
+    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
+    (x0, x1), (y_bottom, y_top) = lay.xaxis.range, lay.yaxis.range
+    sx, sy = pw / (x1 - x0), ph / (y_bottom - y_top)
+    out = []
+    for t in fig.data:
+        if not t.mode or "markers" not in t.mode:
+            continue
+        n = len(t.x)
+        sizes = list(t.marker.size) if isinstance(t.marker.size, (list, tuple)) else [t.marker.size] * n
+        ring = 3 if t.marker.symbol == "circle-open" else 0
+        for c, x, y, size in zip(t.customdata, t.x, t.y, sizes):
+            r = size / 2 + ring / 2
+            px, py = (x - x0) * sx, (y - y_top) * sy
+            out.append((c, (px - r, py - r, px + r, py + r)))
+    return out
+
+
+def _meet(a, b, tol=0.5) -> bool:
+    return a[0] < b[2] - tol and b[0] < a[2] - tol and a[1] < b[3] - tol and b[1] < a[3] - tol
+
+
+def assert_readable(fig, G, width: float, must=(), clear_of_nodes=True) -> list:
+    """No two labels meet, every label lies inside the plot and shows its token's text (cut with an
+    ellipsis at most), every node of `must` has a label; with clear_of_nodes, no label covers
+    another node. Returns the labels."""
+    labels = label_boxes(fig, width)
+    lay = fig.layout
+    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
+    for i, (_, ci, ti, a) in enumerate(labels):
+        for _, cj, tj, b in labels[i + 1:]:
+            assert not _meet(a, b), f"labels {ti!r} (node {ci}) and {tj!r} (node {cj}) overlap at {width} px"
+        assert a[0] >= -0.5 and a[2] <= pw + 0.5 and a[1] >= -3 and a[3] <= ph + 3, f"{ti!r} spills off the plot"
+        node = BONUS if ci == BONUS else int(ci)
+        full = viz.common.show_ws(G.nodes[node]["text"])
+        assert ti == full[:len(ti)] or (ti.endswith("…") and full.startswith(ti[:-1]) and len(ti) <= LABEL_CHARS), ti
+    if clear_of_nodes:
+        marks = marker_boxes(fig, width)
+        for _, c, text, a in labels:
+            hit = [m for m, b in marks if m != c and _meet(a, b)]
+            assert not hit, f"label {text!r} of node {c} covers node(s) {hit} at {width} px"
+    by_node = {c: text for _, c, text, _ in labels}
+    for v in must:
+        shown = by_node.get(str(v), "")
+        assert len(shown.rstrip("…")) >= min(2, len(viz.common.show_ws(G.nodes[v]["text"]))), \
+            f"node {v} ({G.nodes[v]['kind']}) is not labelled"
+    return labels
+
+
+@pytest.mark.parametrize("show_dropped", [False, True])
+def test_tree_at_n60_labels_what_matters_without_overlap(show_dropped):
+    """EAGLE-2's default tree (60 kept of 510 drafted, depth 6, top-k 10) with 3 accepted tokens:
+    root, accepted path and bonus labelled, as many others as fit, none overlapping, at the
+    narrowest panel (a phone) and wider; the rest on hover."""
+    st = _random_tree(accept=3)
+    assert len(st.tree.tokens) == 511 and sum(st.tree.kept) == 60 and max(st.tree.depths) == 6
+    G = tree_graph(st)
+    must = viz.path_nodes(G)
+    assert len(must) == 5                                                   # root, 3 accepted, bonus
+    fig = viz.tree_figure(st, show_dropped=show_dropped)
+    for width in (MIN_WIDTH_PX, 480, 1000):                                 # the plan holds at any width from a phone's up
+        labels = assert_readable(fig, G, width, must)
+    assert len(labels) >= 30, f"only {len(labels)} of 61 nodes labelled"
+    # every node, labelled or not, has hover text
+    nodes = trace_named(fig, "draft nodes")
+    assert len(nodes.customdata) == 59 and all(h and "path value" in h for h in nodes.hovertext)
+    if show_dropped:
+        dropped = trace_named(fig, "dropped by rerank")
+        assert len(dropped.customdata) == 511 - 60 and all("dropped by rerank" in h for h in dropped.text)
+    for name in ("root", "bonus token"):
+        assert "(id " in trace_named(fig, name).hovertext[0]
+
+
+def test_label_budget_follows_the_figure_height():
+    """A shorter figure has fewer px per row: labels still never overlap, and fewer fit."""
+    st = _random_tree(accept=2)
+    G = tree_graph(st)
+    tall, short = viz.tree_figure(st), viz.tree_figure(st, height=460)
+    rows = short.layout.yaxis.range[0] - 0.5
+    assert (short.layout.height - short.layout.margin.t - short.layout.margin.b) / (rows + 1) < 10  # < a text line
+    n_tall = len(assert_readable(tall, G, MIN_WIDTH_PX, viz.path_nodes(G)))
+    n_short = len(assert_readable(short, G, MIN_WIDTH_PX, viz.path_nodes(G), clear_of_nodes=False))
+    assert n_short < n_tall
+
+
+def test_shipped_trees_readable_at_phone_width():
+    """Every tree of the shipped traces (60-node eagle2 trees and their static comparisons): no two
+    labels overlap at phone width, and the root, accepted path and bonus are labelled."""
+    from ui.view import View
+    for f in sorted((ROOT / "assets" / "traces").glob("*.json")):
+        tr = Trace.load(f)
+        previews = View.from_trace(tr, f.name).previews
+        for st in (s for s in tr.steps if s.tree is not None):
+            for s in [st] + ([previews[st.cycle]] if st.cycle in previews else []):
+                G = tree_graph(s)
+                assert_readable(viz.tree_figure(s), G, MIN_WIDTH_PX, viz.path_nodes(G), clear_of_nodes=False)
+
+
+def test_long_titles_wrap_onto_short_lines():
+    st = _random_tree(accept=3)
+    fig = viz.tree_figure(st)
+    lines = fig.layout.title.text.split("<br>")
+    assert lines[0] == "Cycle 1 · eagle2"
+    plain = [re.sub(r"<[^>]+>", "", ln) for ln in lines]
+    assert plain[1:] == ["59 of 510 drafted tokens verified", "accepted 3 + bonus = 4 tokens"]
+    assert all("font-size:12px" in ln for ln in lines[1:])                  # details smaller than the 16 px title
+    assert fig.layout.margin.t >= 16 + 21 * len(lines)                      # room for every line
+    # the comparison title the page builds: "<policy> on the same context: ..."
+    cmp = viz.tree_figure(st, title="static on the same context: accepted 3 (eagle2: 2)")
+    assert [re.sub(r"<[^>]+>", "", ln) for ln in cmp.layout.title.text.split("<br>")] == [
+        "static on the same context", "accepted 3 (eagle2: 2)"]
+    # any long title: a first line of at most TITLE_CHARS, the rest of at most DETAIL_CHARS
+    long = "Cycle 12 · eagle2-auto: 3 of 10 drafted tokens verified · accepted 1 + bonus = 2 tokens · N 64 d 7"
+    wrapped = viz.common.wrap_title(long)
+    assert wrapped[0] == "Cycle 12 · eagle2-auto" and len(wrapped) >= 2
+    assert len(wrapped[0]) <= viz.common.TITLE_CHARS and all(len(ln) <= viz.common.DETAIL_CHARS for ln in wrapped[1:])
+    assert " · ".join(wrapped[1:]) == long.split(": ", 1)[1]               # nothing lost
+    # a title that fits stays one line, with the top margin still reserved for two
+    short = viz.tree_figure(st, title="Cycle 1 · eagle2 · Verify")
+    assert "<br>" not in short.layout.title.text and short.layout.margin.t >= 16 + 2 * 21
+
+
+def test_colour_bar_and_legend_stay_off_the_nodes():
+    fig = viz.tree_figure(_random_tree(accept=3), show_dropped=True)
+    bar = trace_named(fig, "draft nodes").marker.colorbar
+    assert bar.orientation == "h" and bar.yref == "paper" and bar.y < 0 and bar.yanchor == "top"   # under the plot
+    assert fig.layout.legend.y < bar.y                                                             # and under the bar
+    ph = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert -fig.layout.legend.y * ph + 2 * 20 <= fig.layout.margin.b                              # two legend lines fit
+
+
+def test_explain_keeps_every_node_in_place_across_phases():
+    st = _random_tree(accept=3)
+    figs = {k: viz.explain_figure(st, k) for k, _ in viz.phases(st)}
+    assert len(figs) == 6 + 3                                               # six expansion levels, rerank, verify, accept
+    where = {}
+    for k, f in figs.items():
+        assert f.layout.height == figs["accept"].layout.height and f.layout.xaxis.range == figs["accept"].layout.xaxis.range
+        assert f.layout.yaxis.range == figs["accept"].layout.yaxis.range
+        for t in f.data:
+            if t.customdata is not None:
+                for c, x, y in zip(t.customdata, t.x, t.y):
+                    assert where.setdefault(c, (x, y)) == (x, y), f"node {c} moves in phase {k}"
+    G = tree_graph(st)
+    deepest = max(st.tree.depths)
+    for k, f in figs.items():
+        if k != "accept":    # the bonus (one deeper) is laid out in every phase but drawn, edge and all, only at the end
+            assert all(x is None or x <= deepest for t in f.data for x in t.x), k
+        must = viz.path_nodes(G) if k == "accept" else [0]
+        rings = [t for t in f.data if t.name == "selected for expansion"]
+        must += [int(c) for t in rings for c in t.customdata]
+        assert_readable(f, G, MIN_WIDTH_PX, must, clear_of_nodes=False)
 
 
 def test_figures_serialise(steps, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import unicodedata
 
 import plotly.graph_objects as go
 
@@ -66,6 +67,71 @@ TEMPLATE = go.layout.Template(layout=dict(
 
 def new_figure() -> go.Figure:
     return go.Figure(layout=dict(template=TEMPLATE))
+
+
+# Advance widths (em) of printable ASCII in Arial / Liberation Sans, the metrics of the page's font
+# stack where Inter and Segoe UI are missing; text_px() pads them for the wider fonts.
+_EM = dict(zip(" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~",
+               [.278, .278, .355, .556, .556, .889, .667, .191, .333, .333, .389, .584, .278, .333, .278, .278]
+               + [.556] * 10 + [.278, .278, .584, .584, .584, .556, 1.015]
+               + [.667, .667, .722, .722, .667, .611, .778, .722, .278, .5, .667, .556, .833, .722, .778, .667,
+                  .778, .722, .667, .611, .722, .667, .944, .667, .667, .611]
+               + [.278, .278, .278, .469, .556, .333]
+               + [.556, .556, .5, .556, .556, .278, .556, .556, .222, .222, .5, .222, .833, .556, .556, .556,
+                  .556, .333, .5, .278, .556, .5, .722, .5, .5, .5]
+               + [.334, .26, .334, .584]))
+_EM.update({"␣": .635, "↵": .84, "⇥": .84, "␍": .84, "∅": .75, "…": 1.0})
+TEXT_PAD = 1.1    # Inter and Segoe UI run up to ~10% wider than Arial
+
+
+def text_px(text: str, size: float, bold: bool = False) -> float:
+    """Estimated pixel width of one line of plain text at `size` px (an upper bound for the page's
+    fonts: Arial metrics, padded; wide East Asian characters count 1 em)."""
+    em = 0.0
+    for ch in text:
+        w = _EM.get(ch)
+        if w is None:
+            w = 1.0 if unicodedata.east_asian_width(ch) in ("W", "F") else 0.7
+        em += w
+    return em * size * TEXT_PAD * (1.08 if bold else 1.0)
+
+
+TITLE_CHARS = 36     # a 16 px title line that fits a 320 px wide figure
+DETAIL_CHARS = 48    # the same for the 12 px detail lines under it
+DETAIL_STYLE = "font-size:12px;color:#4b5563"
+
+
+def wrap_title(title: str, first: int = TITLE_CHARS, rest: int = DETAIL_CHARS) -> list[str]:
+    """A title as lines that fit a narrow figure: a short first line, broken at the last " · " or
+    ": " that keeps it within `first` characters, then the details, broken at " · " into lines of
+    at most `rest` characters (a part longer than that gets a line of its own). A title that fits,
+    or that already has line breaks, is one line."""
+    if len(title) <= first or "<br" in title:
+        return [title]
+    cuts = [(m, sep) for sep in (" · ", ": ") for m in _find_all(title, sep) if 0 < m <= first]
+    if not cuts:
+        return [title]
+    m, sep = max(cuts)
+    lines = [title[:m]]
+    for part in title[m + len(sep):].split(" · "):
+        if len(lines) > 1 and len(lines[-1]) + 3 + len(part) <= rest:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return lines
+
+
+def _find_all(text: str, sep: str) -> list[int]:
+    out, i = [], text.find(sep)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sep, i + 1)
+    return out
+
+
+def title_html(lines: list[str]) -> str:
+    """Plotly title text: the first line at the title's size, the rest smaller and grey."""
+    return "<br>".join([lines[0]] + [f"<span style='{DETAIL_STYLE}'>{ln}</span>" for ln in lines[1:]])
 
 
 def base_layout(title: str | None = None, height: int = 360, **kw) -> dict:

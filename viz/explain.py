@@ -24,9 +24,11 @@ def _beams(step) -> list[list[int]]:
 
 
 def explain_figure(step, key: str, height: int | None = None):
-    """The tree as it stood at one phase. Expansion phases show the nodes drafted so far, labelling
-    the root, the nodes expanded earlier and the ones selected now (ringed); later phases show the
-    whole pool with dropped nodes faded. Nodes keep their vertical order throughout."""
+    """The tree as it stood at one phase. Every phase draws the same layout of the whole pool, so
+    a node stays where it is from phase to phase and the figure keeps its size. Expansion phases
+    show the nodes drafted so far, the root and the ones selected now (ringed) labelled first, then
+    the others by path value, as many as fit; later phases show the whole pool with dropped nodes
+    faded."""
     G = tree_graph(step)
     beams = _beams(step)
     in_beam = {i for b in beams for i in b}
@@ -34,22 +36,17 @@ def explain_figure(step, key: str, height: int | None = None):
     x_max = max(G.nodes[v]["depth"] for v in G.nodes)
     label = dict(phases(step)).get(key, key)
     title = f"Cycle {step.cycle} · {step.policy} · {label}"
+    # a row for every node that is ever labelled: the kept ones and the ones selected for expansion
+    full = (set(G.nodes) - dropped) | (in_beam & set(G.nodes))
+    pos, rows = layout(G, set(G.nodes), full)
     if key.startswith("expand:"):
         lv = int(key.split(":")[1])
         shown = {v for v in G.nodes if v != BONUS and (v == 0 or G.nodes[v]["level"] <= lv)}
         top = max(G.nodes[v]["level"] for v in G.nodes if v != BONUS)
         ring = beams[lv] if lv < len(beams) and lv < top else []
-        if not beams:      # a static shape is small: label everything
-            lab = set(shown)
-        else:              # the root, the nodes expanded so far and the ones selected now
-            lab = {0} | {v for v in in_beam if v in shown and G.nodes[v]["level"] < lv} | set(ring)
-            if not ring:   # the last level: nothing is selected; label its best candidates
-                new = sorted((v for v in shown if G.nodes[v]["level"] == lv), key=lambda v: -G.nodes[v]["logv"])
-                lab |= set(new[: max(len(beams[-1]) if beams else 10, 1)])
-        pos, rows = layout(G, shown, lab)
-        return draw_tree(G, pos, rows, labelled=lab, rings=ring, ring_name="selected for expansion",
-                         show_path=False, title=title, height=height, x_max=x_max)
-    pos, rows = layout(G, set(G.nodes))
+        return draw_tree(G, {v: pos[v] for v in shown}, rows, labelled=shown & full, rings=ring,
+                         ring_name="selected for expansion", show_path=False, title=title, height=height,
+                         x_max=x_max)
     if key == "rerank":
         return draw_tree(G, pos, rows, faded=dropped, show_path=False, title=title, height=height, x_max=x_max)
     if key == "verify":

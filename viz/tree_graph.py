@@ -1,21 +1,47 @@
 """The draft tree of one cycle as a networkx DiGraph, a tidy layered layout, and a Plotly figure.
 
 Layout: root at the left, depth along x. Every node owns a vertical band; bands of nodes at the
-same depth never intersect and a node sits in the middle of its band, so labels never overlap.
-Labelled nodes (root, verified nodes, the bonus) get a band of at least one row; dropped pool
-nodes (unlabelled, faded) get a thin band, so ~500 of them fit beside a 60-node tree.
+same depth never intersect and a node sits in the middle of its band (the last accepted node sits
+at the top of its own, above the bonus). Nodes that may carry a label (root, kept nodes, the
+bonus) get a band of at least one row; dropped pool nodes (faded) get a thin band, so ~500 of
+them fit beside a 60-node tree.
+
+Labels: a label is drawn beside its node (right of it; above or below to the right; left of it
+for the root, the accepted path and the bonus) and may reach into the next depth columns, so not
+every node can have one. `plan_labels` places them greedily on the figure's pixel grid: the root,
+the accepted path and the bonus first, then the other nodes by path value, each where its text
+box meets no other label and no node, cut short (with an ellipsis) to the room it has or left to
+the hover text. The grid is the figure's own height and rows, and the width of the narrowest
+panel the page draws a tree in (MIN_WIDTH_PX): a wider figure only moves the columns apart, so
+the plan holds at every width from a phone's up.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import networkx as nx
 import plotly.graph_objects as go
 
 from .common import (new_figure, ACCEPT_COLOUR, CONFIDENCE_SCALE, DROPPED_COLOUR, base_layout, esc, fmt_p,
-                     p_of, show_ws)
+                     p_of, show_ws, text_px, title_html, wrap_title)
 
 BONUS = "bonus"
-ROW_PX = 15          # pixels per labelled row at the default height
+ROW_PX = 15          # pixels per row at the default height (a label's text box is ~14 px tall)
 LABEL_CHARS = 11     # token labels longer than this are cut with an ellipsis
+MIN_LABEL_CHARS = 2  # a label cut to fewer characters than this (and an ellipsis) is left to the hover
+LABEL_SIZE = 12      # px, node labels
+END_SIZE = 13        # px, the root's and the bonus's labels (bold)
+MIN_WIDTH_PX = 320   # the narrowest figure the page draws a tree in (390 px phone; the comparison panel)
+MARGIN_X = 10        # px, left and right margins
+RIGHT_ROOM_PX = 64   # px right of the deepest column, for its labels
+X_LEFT = -0.35       # the x axis starts this far left of the root
+AXIS_PX = 46         # px under the plot: depth ticks and the axis title
+COLORBAR_PX = 40     # px under the axis: the horizontal colour bar and its ticks
+LEGEND_PX = 52       # px under the colour bar: the legend, two lines at phone width
+TITLE_LINE_PX = 21   # px per title line (Plotly spaces lines by 1.3 x the 16 px title font)
+POSITIONS = ("middle right", "top right", "bottom right")   # where a label may go, in order of preference
+LIFT_ROWS = 1.5      # rows the last accepted node has to itself above its children (its label clears the bonus)
+LEFT = "middle left"  # where a root/path/bonus label may also go, when its right is full (a dense fan)
 
 
 def tree_graph(step) -> nx.DiGraph:
@@ -69,29 +95,40 @@ def layout(G: nx.DiGraph, visible=None, labelled=None, dropped_share: float = 0.
     """Positions {node: (x=depth, y=row)} for the visible nodes, and the total height in rows.
 
     Labelled nodes need a one-row band; the others share at most `dropped_share` x the labelled
-    leaves' height (and at most 0.35 row each)."""
+    leaves' height (and at most 0.35 row each). A node sits in the middle of its children, except
+    the last accepted node when the bonus is visible: it has LIFT_ROWS of its own at the top of
+    its band, the bonus and its other children under it, so its label does not run into the
+    bonus star (its only child, often, and then at the same height)."""
     visible = set(G.nodes) if visible is None else set(visible)
     labelled = {v for v in visible if G.nodes[v]["kind"] != "dropped"} if labelled is None else set(labelled)
+    path = [0] + list(G.graph.get("accepted_path", []))
+    lifted = {path[-1]} & visible - {0} if BONUS in visible else set()
     leaves = [v for v in visible if not any(c in visible for c in G.successors(v))]
     lab_leaves = sum(1 for v in leaves if v in labelled) or 1
     other_leaves = len(leaves) - sum(1 for v in leaves if v in labelled)
     w_other = min(0.35, max(0.03, dropped_share * lab_leaves / max(1, other_leaves)))
 
     span: dict = {}
+    own: dict = {}
     order = list(nx.dfs_postorder_nodes(G, 0))
     for u in order:
         if u not in visible:
             continue
-        own = 1.0 if u in labelled else w_other
-        span[u] = max(own, sum(span[c] for c in _children(G, u, visible)))
+        own[u] = LIFT_ROWS if u in lifted else (1.0 if u in labelled else w_other)
+        inner = sum(span[c] for c in _children(G, u, visible))
+        span[u] = own[u] + inner if u in lifted and inner else max(own[u], inner)
     pos: dict = {}
     stack = [(0, 0.0)]
     while stack:
         u, top = stack.pop()
-        pos[u] = (float(G.nodes[u]["depth"]), top + span[u] / 2)
         ch = _children(G, u, visible)
         inner = sum(span[c] for c in ch)
-        cur = top + (span[u] - inner) / 2
+        if u in lifted and ch:
+            pos[u] = (float(G.nodes[u]["depth"]), top + own[u] / 2)
+            cur = top + own[u]
+        else:
+            pos[u] = (float(G.nodes[u]["depth"]), top + span[u] / 2)
+            cur = top + (span[u] - inner) / 2
         for c in ch:
             stack.append((c, cur))
             cur += span[c]
@@ -117,20 +154,201 @@ def _size(pv) -> float:
     return 9.0 + 17.0 * (pv or 0.0) ** 0.5
 
 
+@dataclass(frozen=True)
+class Frame:
+    """The figure's pixel grid: margins, the plot area at the assumed (narrowest) width, and the
+    axis ranges. px() maps data coordinates (depth, row) to pixels from the plot's top left."""
+    height: int
+    top: int
+    bottom: int
+    rows: float
+    x0: float
+    x1: float
+
+    @property
+    def plot_h(self) -> float:
+        return float(self.height - self.top - self.bottom)
+
+    @property
+    def plot_w(self) -> float:
+        return float(MIN_WIDTH_PX - 2 * MARGIN_X)
+
+    @property
+    def row_px(self) -> float:
+        return self.plot_h / (self.rows + 1.0)          # the y range is [rows + 0.5, -0.5]
+
+    @property
+    def col_px(self) -> float:
+        return self.plot_w / (self.x1 - self.x0)
+
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        return (x - self.x0) * self.col_px, (y + 0.5) * self.row_px
+
+
+def frame_for(rows: float, x_max: float, title_lines: int, height: int | None = None) -> Frame:
+    """The grid of a tree figure with `rows` rows, depth up to `x_max` and a title of
+    `title_lines` lines (two reserved); height None: ROW_PX per row, within 420..1500 px."""
+    top = 16 + TITLE_LINE_PX * max(2, title_lines)
+    bottom = AXIS_PX + COLORBAR_PX + LEGEND_PX
+    if height is None:
+        height = int(min(1500, max(420, (rows + 1.0) * ROW_PX + top + bottom)))
+    col = (MIN_WIDTH_PX - 2 * MARGIN_X - RIGHT_ROOM_PX) / (max(x_max, 1.0) - X_LEFT)
+    return Frame(int(height), top, bottom, float(rows), X_LEFT, max(x_max, 1.0) + RIGHT_ROOM_PX / col)
+
+
+def label_box(px: float, py: float, size: float, width: float, font: float, position: str) -> tuple:
+    """(x0, y0, x1, y1), in pixels, of a label `width` px wide at `position` beside a marker of
+    diameter `size` centred at (px, py), as Plotly draws it: offset by the radius / 0.8 + 1 to the
+    right (or left), baseline 0.25 em below the centre (middle), or the offset above (top) or
+    below (bottom) it."""
+    off = size / 2 / 0.8 + 1
+    vert, side = position.split()
+    base = {"middle": 0.25 * font, "top": -0.25 * font - off, "bottom": 0.75 * font + off}[vert]
+    x0 = px + off if side == "right" else px - off - width
+    return (x0, py + base - 0.93 * font, x0 + width, py + base + 0.24 * font)
+
+
+def _fit(text: str, room: float, font: float, bold: bool, shortest: int) -> str | None:
+    """The longest cut of `text` (shown with visible whitespace, at most LABEL_CHARS, an ellipsis
+    marking a cut) that is at most `room` px wide, or None when fewer than `shortest` of its
+    characters would show."""
+    s = show_ws(text)
+    for n in range(min(len(s), LABEL_CHARS), 0, -1):
+        shown = n if n >= len(s) else n - 1
+        if shown < min(len(s), shortest):
+            return None
+        cut = show_ws(text, n)
+        if text_px(cut, font, bold) <= room:
+            return cut
+    return None
+
+
+def plan_labels(G: nx.DiGraph, pos: dict, frame: Frame, sizes: dict, extents: dict, must, optional) -> dict:
+    """{node: (label, textposition)} for as many nodes as fit: every node of `must` (in order),
+    then those of `optional` (in order). `sizes`: node -> its marker's diameter in px (the label's
+    offset); `extents`: node -> the diameter it covers, rings included. A label's box may not meet
+    another label's, any node's extent or the plot's edges; it is cut to the room it has. A
+    must-label that finds no such room (a dense fan at phone width) goes to its node's right over
+    the nodes there, where it meets no other label (and no other must-node if it can)."""
+    pts = {v: frame.px(*pos[v]) for v in extents}
+    marks = [((x - extents[v] / 2, y - extents[v] / 2, x + extents[v] / 2, y + extents[v] / 2), v)
+             for v, (x, y) in pts.items()]
+    placed: list = []
+    out: dict = {}
+
+    must = [v for v in dict.fromkeys(must) if v in pts]
+    key_marks = [m for m in marks if m[1] in set(must)]
+
+    def fit(v, position, in_way, shortest):
+        """(label, box) of v at `position` among the obstacles `in_way`, or None."""
+        end = v in (0, BONUS)
+        font = END_SIZE if end else LABEL_SIZE
+        x0, y0, x1, y1 = label_box(*pts[v], sizes[v], 0.0, font, position)
+        if y0 < -2 or y1 > frame.plot_h + 2:
+            return None
+        near = [(b, o) for b, o in in_way if o != v and b[3] > y0 and b[1] < y1]
+        if position == LEFT:
+            # the gap back to the previous column must hold no node at this height, or the label
+            # reads as that node's
+            gap = pts[v][0] - frame.col_px - 2
+            if any(b[2] > gap and b[0] < x1 for b, o in marks if o != v and b[3] > y0 and b[1] < y1):
+                return None
+            free = x1 - max([0.0] + [b[2] for b, o in near if b[0] < x1])
+        else:
+            # above or below its node, a label must have that slot of its column to itself, or it
+            # reads as the label of the node beside it
+            left = x0 if position == "middle right" else pts[v][0] - 2
+            free = min([frame.plot_w - x0] + [b[0] - x0 for b, o in near if b[2] > left])
+        text = _fit(G.nodes[v]["text"], free, font, end, shortest)
+        if not text:
+            return None
+        w = text_px(text, font, end)
+        return text, ((x0, y0, x0 + w, y1) if position != LEFT else (x1 - w, y0, x1, y1))
+
+    def place(v, in_way: list, shortest: int, positions) -> bool:
+        """Label v where the longest cut of its text fits (ties: the first such position)."""
+        best = None
+        for position in positions:
+            got = fit(v, position, placed + in_way, shortest)
+            if got and (best is None or len(got[0]) > len(best[1][0])):
+                best = (position, got)
+        if best is None:
+            return False
+        position, (text, box) = best
+        out[v] = (text, position)
+        placed.append((box, v))
+        return True
+
+    seen = set(must)
+    for v in must:   # at its right, over other nodes, reads better than above or below another node
+        (place(v, marks, MIN_LABEL_CHARS, POSITIONS + (LEFT,)) or place(v, key_marks, 1, POSITIONS[:1])
+         or place(v, [], 1, POSITIONS[:1]) or place(v, [], 1, POSITIONS))
+    for v in optional:
+        if v in pts and v not in seen:
+            seen.add(v)
+            place(v, marks, MIN_LABEL_CHARS, POSITIONS)
+    return out
+
+
+def _hover(d: dict) -> str:
+    tok = esc(show_ws(d["text"]))
+    if d["kind"] == "root":
+        return (f"<b>root</b> {tok}  (id {d['token']})<br>the token the tree grows from<br>"
+                f"(the previous cycle's bonus)")
+    if d["kind"] == "bonus":
+        return (f"<b>bonus</b> {tok}  (id {d['token']})<br>sampled by the target after the<br>"
+                f"last accepted node; next cycle's root")
+    status = ("accepted" if d["accepted"] else "rejected") if d["kept"] else "dropped by rerank"
+    return (f"<b>{tok}</b>  (id {d['token']})<br>"
+            f"draft prob  {fmt_p(d['p'])}<br>path value  {fmt_p(d['pv'])}  (log {d['logv']:.2f})<br>"
+            f"depth {d['depth']} · rank {d['rank']} · level {d['level'] + 1}<br>"
+            f"target prob {fmt_p(d['target_prob'])}<br>{status}")
+
+
+ROOT_SIZE, BONUS_SIZE, FADED_SIZE = 16.0, 20.0, 6.0
+RING_GROW = {"accepted": 7, "selected": 8}
+
+
 def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value", labelled=None,
               faded=(), rings=(), ring_name: str = "selected", show_path: bool = True,
               colour_values: dict | None = None, colour_title: str | None = None,
               title: str | None = None, height: int | None = None, x_max: float | None = None) -> go.Figure:
-    """Draw the positioned nodes. colour_by: 'value' (path value) or 'prob' (the node's own draft
-    probability); colour_values overrides both (e.g. the target's probabilities)."""
+    """Draw the positioned nodes. labelled: the nodes that may carry a label and are drawn at full
+    size (default: all but the faded); plan_labels picks which of them do: the root, the accepted
+    path and the bonus (show_path), the ringed nodes, then the rest by path value. colour_by:
+    'value' (path value) or 'prob' (the node's own draft probability); colour_values overrides both
+    (e.g. the target's probabilities). A long title is wrapped onto two or three lines."""
+    if not show_path:    # an explain phase before acceptance lays the bonus out but does not draw it
+        pos = {v: p for v, p in pos.items() if v != BONUS}
     faded = set(faded) & set(pos)
     labelled = set(pos) - faded if labelled is None else set(labelled) & set(pos)
+    on_path = [v for v in path_nodes(G) if v in pos] if show_path else []
+    rings = [v for v in rings if v in pos]
+    lines = wrap_title(title) if title else []
+    max_depth = x_max if x_max is not None else max((p[0] for p in pos.values()), default=1)
+    frame = frame_for(rows, max_depth, len(lines), height)
+
+    sizes = {v: FADED_SIZE if (v in faded or v not in labelled) else _size(G.nodes[v]["pv"]) for v in pos}
+    sizes[0] = ROOT_SIZE
+    if BONUS in sizes:
+        sizes[BONUS] = BONUS_SIZE
+    # a ringed node's label is drawn by its ring's trace, so Plotly offsets it past the ring
+    path_rings = [v for v in on_path if G.nodes[v]["kind"] == "kept"]
+    ringed = {v: RING_GROW["selected"] for v in rings} | {v: RING_GROW["accepted"] for v in path_rings}
+    extents = dict(sizes)
+    for v, grow in ringed.items():
+        sizes[v] = _size(G.nodes[v]["pv"]) + grow
+        extents[v] = sizes[v] + 3                            # the ring's line
+    must = [0] + [v for v in on_path if v != 0] + rings
+    optional = sorted((v for v in labelled if v in sizes and v not in faded),
+                      key=lambda v: (-(G.nodes[v]["logv"] or 0.0), str(v)))
+    labels = plan_labels(G, pos, frame, sizes, extents, must, optional)
+
     fig = new_figure()
     _add_edges(fig, G, pos, [v for v in pos if v in faded], "#e5e7eb", 0.8, "edges (dropped)")
     _add_edges(fig, G, pos, [v for v in pos if v not in faded and v not in labelled], "#cbd5e1", 0.8,
                "edges (unlabelled)")
     _add_edges(fig, G, pos, [v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
-    on_path = [v for v in path_nodes(G) if v in pos] if show_path else []
     if len(on_path) > 1:
         fig.add_trace(go.Scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
                                  mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
@@ -139,21 +357,22 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
         fn = sorted(faded, key=str)
         fig.add_trace(go.Scatter(
             x=[pos[v][0] for v in fn], y=[pos[v][1] for v in fn], mode="markers", name="dropped by rerank",
-            marker=dict(size=6, color=DROPPED_COLOUR, opacity=0.45, line=dict(width=0)),
+            marker=dict(size=FADED_SIZE, color=DROPPED_COLOUR, opacity=0.45, line=dict(width=0)),
             customdata=[str(v) for v in fn], hovertemplate="%{text}<extra></extra>",
             text=[_hover(G.nodes[v]) for v in fn]))
     main = [v for v in pos if v not in faded and G.nodes[v]["kind"] in ("kept", "dropped")]
     main.sort(key=lambda v: (pos[v][0], pos[v][1]))
     if main:
-        _add_draft_nodes(fig, G, pos, main, labelled, *_node_colours(G, main, colour_by, colour_values, colour_title))
-    _add_rings(fig, G, pos, [v for v in rings if v in pos], ring_name, "#059669", 8)
-    _add_rings(fig, G, pos, [v for v in on_path if G.nodes[v]["kind"] == "kept"], "accepted", ACCEPT_COLOUR, 7)
-    _add_end_token(fig, G, pos, 0, "root", "#111827", dict(symbol="square", size=16, color="#111827"), legend=False)
+        _add_draft_nodes(fig, G, pos, main, labelled, {v: t for v, t in labels.items() if v not in ringed}, frame,
+                         *_node_colours(G, main, colour_by, colour_values, colour_title))
+    _add_rings(fig, G, pos, rings, labels, ring_name, "#059669", RING_GROW["selected"])
+    _add_rings(fig, G, pos, path_rings, labels, "accepted", ACCEPT_COLOUR, RING_GROW["accepted"])
+    _add_end_token(fig, G, pos, 0, labels, "root", "#111827", dict(symbol="square", size=ROOT_SIZE, color="#111827"),
+                   legend=False)
     if BONUS in pos and show_path:
-        _add_end_token(fig, G, pos, BONUS, "bonus token", ACCEPT_COLOUR,
-                       dict(symbol="star", size=20, color=ACCEPT_COLOUR, line=dict(width=1, color="#7f1d1d")))
-    max_depth = x_max if x_max is not None else max((p[0] for p in pos.values()), default=1)
-    _finish_layout(fig, title, height or int(min(1500, max(420, rows * ROW_PX + 110))), rows, max_depth)
+        _add_end_token(fig, G, pos, BONUS, labels, "bonus token", ACCEPT_COLOUR,
+                       dict(symbol="star", size=BONUS_SIZE, color=ACCEPT_COLOUR, line=dict(width=1, color="#7f1d1d")))
+    _finish_layout(fig, lines, frame)
     return fig
 
 
@@ -178,52 +397,69 @@ def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list
     return [G.nodes[v]["pv"] for v in main], "path value"
 
 
-def _add_draft_nodes(fig, G, pos, main, labelled, cvals, ctitle) -> None:
+def _add_draft_nodes(fig, G, pos, main, labelled, labels, frame, cvals, ctitle) -> None:
+    # the colour bar lies under the depth axis, across the plot's width: beside the plot it took a
+    # fifth of a phone-wide figure, and inside it covered nodes
     fig.add_trace(go.Scatter(
         x=[pos[v][0] for v in main], y=[pos[v][1] for v in main], mode="markers+text",
-        name="draft nodes", customdata=[str(v) for v in main],
-        text=[esc(show_ws(G.nodes[v]["text"], LABEL_CHARS)) if v in labelled else "" for v in main],
-        textposition="middle right", textfont=dict(size=12, color="#111827", shadow="auto"),
+        name="draft nodes", customdata=[str(v) for v in main], showlegend=False,   # the colour bar names them
+        text=[esc(labels[v][0]) if v in labels else "" for v in main],
+        textposition=[labels[v][1] if v in labels else "middle right" for v in main],
+        textfont=dict(size=LABEL_SIZE, color="#111827", shadow="auto"), cliponaxis=False,
         hovertext=[_hover(G.nodes[v]) for v in main], hovertemplate="%{hovertext}<extra></extra>",
-        marker=dict(size=[_size(G.nodes[v]["pv"]) if v in labelled else 6 for v in main], color=cvals,
+        marker=dict(size=[_size(G.nodes[v]["pv"]) if v in labelled else FADED_SIZE for v in main], color=cvals,
                     cmin=0.0, cmax=1.0, colorscale=CONFIDENCE_SCALE,
                     line=dict(width=[1 if v in labelled else 0.3 for v in main], color="#334155"),
-                    colorbar=dict(title=dict(text=ctitle, side="right"), thickness=12, lenmode="pixels",
-                                  len=200, y=1.0, yanchor="top", x=1.0, xanchor="left",
-                                  tickformat=".1f"))))
+                    colorbar=dict(title=dict(text=ctitle, side="right", font=dict(size=12)), orientation="h",
+                                  thickness=10, lenmode="pixels", len=130, x=0.0, xanchor="left",
+                                  yref="paper", y=-AXIS_PX / frame.plot_h, yanchor="top", ypad=0,
+                                  tickfont=dict(size=11), tickformat=".1f", tickvals=[0.0, 0.5, 1.0],
+                                  ticklabeloverflow="allow"))))
 
 
-def _add_rings(fig, G, pos, nodes, name, colour, grow) -> None:
-    """Open circles around nodes (selected for expansion, or accepted), `grow` px past the node."""
+def _add_rings(fig, G, pos, nodes, labels, name, colour, grow) -> None:
+    """Open circles around nodes (selected for expansion, or accepted), `grow` px past the node,
+    with the labels of those nodes."""
     if not nodes:
         return
     fig.add_trace(go.Scatter(
-        x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers", name=name,
-        customdata=[str(v) for v in nodes], hoverinfo="skip",
+        x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers+text", name=name,
+        customdata=[str(v) for v in nodes], hoverinfo="skip", cliponaxis=False,
+        text=[esc(labels[v][0]) if v in labels else "" for v in nodes],
+        textposition=[labels[v][1] if v in labels else "middle right" for v in nodes],
+        textfont=dict(size=LABEL_SIZE, color="#111827", shadow="auto"),
         marker=dict(symbol="circle-open", size=[_size(G.nodes[v]["pv"]) + grow for v in nodes],
                     color=colour, line=dict(width=3, color=colour))))
 
 
-def _add_end_token(fig, G, pos, v, name, colour, marker, legend: bool = True) -> None:
+def _add_end_token(fig, G, pos, v, labels, name, colour, marker, legend: bool = True) -> None:
     """The root or the bonus token: a bold label and its own marker."""
+    text, position = labels.get(v, ("", "middle right"))
     fig.add_trace(go.Scatter(
-        x=[pos[v][0]], y=[pos[v][1]], mode="markers+text", name=name,
-        text=[esc(show_ws(G.nodes[v]["text"], LABEL_CHARS))], textposition="middle right",
-        textfont=dict(size=13, color=colour, shadow="auto", weight="bold"),
+        x=[pos[v][0]], y=[pos[v][1]], mode="markers+text", name=name, customdata=[str(v)],
+        text=[esc(text)], textposition=position, cliponaxis=False,
+        textfont=dict(size=END_SIZE, color=colour, shadow="auto", weight="bold"),
         hovertext=[_hover(G.nodes[v])], hovertemplate="%{hovertext}<extra></extra>",
         marker=marker, showlegend=legend))
 
 
-def _finish_layout(fig, title, height, rows, max_depth) -> None:
-    fig.update_layout(**base_layout(title, height=height))
-    # the legend sits under the depth axis: above the plot it collided with long titles in the
-    # half-width side-by-side panels (both wrap there)
-    fig.update_layout(margin=dict(l=16, r=16, t=56 if title else 30, b=84), hovermode="closest",
-                      legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.0, xanchor="left", x=0.0,
-                                  font=dict(size=12)), dragmode="pan")
-    fig.update_xaxes(range=[-0.35, max_depth + 0.95], dtick=1, title=dict(text="depth", font=dict(size=12)),
-                     showgrid=True, gridcolor="#f1f5f9", zeroline=False, tickfont=dict(size=12))
-    fig.update_yaxes(range=[rows + 0.3, -0.3], visible=False)
+def _finish_layout(fig, lines: list, frame: Frame) -> None:
+    fig.update_layout(**base_layout(None, height=frame.height))
+    if lines:
+        # anchored by its first line's bottom, the lines under it run down into the margin reserved
+        # for them (Plotly mis-places a multi-line title anchored at its top: the first line is cut)
+        fig.update_layout(title=dict(text=title_html(lines), x=0.01, xanchor="left", xref="container",
+                                     y=1.0 - 24.0 / frame.height, yanchor="bottom", yref="container",
+                                     pad=dict(t=0, b=0), font=dict(size=16)))
+    # the legend sits under the colour bar: above the plot it collided with long titles
+    fig.update_layout(margin=dict(l=MARGIN_X, r=MARGIN_X, t=frame.top, b=frame.bottom, autoexpand=False),
+                      hovermode="closest", dragmode="pan",
+                      legend=dict(orientation="h", yref="paper", yanchor="top", xanchor="left", x=0.0,
+                                  y=-(AXIS_PX + COLORBAR_PX) / frame.plot_h, font=dict(size=12),
+                                  itemwidth=30, tracegroupgap=0))
+    fig.update_xaxes(range=[frame.x0, frame.x1], dtick=1, title=dict(text="depth", font=dict(size=12), standoff=4),
+                     showgrid=True, gridcolor="#f1f5f9", zeroline=False, tickfont=dict(size=12), automargin=False)
+    fig.update_yaxes(range=[frame.rows + 0.5, -0.5], visible=False, automargin=False)
 
 
 def tree_title(step) -> str:
@@ -237,7 +473,8 @@ def tree_title(step) -> str:
 def tree_figure(step, colour_by: str = "value", show_dropped: bool = False, title: str | None = None,
                 height: int | None = None) -> go.Figure:
     """The interactive tree of one cycle: accepted path highlighted, bonus after it, dropped pool
-    nodes faded (when show_dropped)."""
+    nodes faded (when show_dropped). A long title (tree_title's, or the one given) is wrapped:
+    a short first line, the details under it in a smaller font."""
     G = tree_graph(step)
     if show_dropped:
         visible = set(G.nodes)

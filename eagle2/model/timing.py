@@ -124,6 +124,7 @@ class CostTable:
         self.live: dict[int, deque] = {}
         self.observed = 0
         self._last_saved = -10 ** 9
+        self._curve = None    # (xs, ys) of estimates(), rebuilt after an observation: t() is called per N
 
     def _prior_at(self, n: float) -> float:
         xs = sorted(self.prior)
@@ -134,6 +135,7 @@ class CostTable:
             return
         self.live.setdefault(int(n), deque(maxlen=self.window)).append(float(seconds))
         self.observed += 1
+        self._curve = None
         if self.on_change is not None and self.observed - self._last_saved >= 8 * self.window and self.disagrees():
             self._last_saved = self.observed
             self.on_change(self.estimates())
@@ -158,6 +160,7 @@ class CostTable:
         return dict(sorted(out.items()))
 
     def t(self, n: float) -> float:
-        est = self.estimates()
-        xs = sorted(est)
-        return float(np.interp(n, xs, [est[x] for x in xs]))
+        if self._curve is None:
+            est = self.estimates()
+            self._curve = (list(est), list(est.values()))
+        return float(np.interp(n, *self._curve))
