@@ -290,21 +290,6 @@ def plan_labels(G: nx.DiGraph, pos: dict, frame: Frame, sizes: dict, extents: di
     return out
 
 
-def _hover(d: dict) -> str:
-    tok = esc(show_ws(d["text"]))
-    if d["kind"] == "root":
-        return (f"<b>root</b> {tok}  (id {d['token']})<br>the token the tree grows from<br>"
-                f"(the previous cycle's bonus)")
-    if d["kind"] == "bonus":
-        return (f"<b>bonus</b> {tok}  (id {d['token']})<br>sampled by the target after the<br>"
-                f"last accepted node; next cycle's root")
-    status = ("accepted" if d["accepted"] else "rejected") if d["kept"] else "dropped by rerank"
-    return (f"<b>{tok}</b>  (id {d['token']})<br>"
-            f"draft prob  {fmt_p(d['p'])}<br>path value  {fmt_p(d['pv'])}  (log {d['logv']:.2f})<br>"
-            f"depth {d['depth']} · rank {d['rank']} · level {d['level'] + 1}<br>"
-            f"target prob {fmt_p(d['target_prob'])}<br>{status}")
-
-
 ROOT_SIZE, BONUS_SIZE, FADED_SIZE = 16.0, 20.0, 6.0
 RING_GROW = {"accepted": 7, "selected": 8}
 
