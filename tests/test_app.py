@@ -22,7 +22,7 @@ from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 from eagle2.policies.registry import DEFAULT, HARDWARE_AWARE, default_policy, describe, names
 from ui import handlers, wiring
-from ui.dashboard import DASH, render
+from ui.dashboard import ALWAYS, DASH, OPEN, PANELS, SECTIONS, render
 from ui.model import MODEL, ModelHolder
 from ui.page import build_app, launch
 from ui.session import Session, Settings
@@ -70,12 +70,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def table_text(table) -> str:
-    """The 'text' column of the per-cycle table as returned by the API."""
-    cols = table["headers"]
-    return "".join(row[cols.index("text")] for row in table["data"])
-
-
 def test_page_binds_controls_and_outputs_by_name():
     """The events' inputs and outputs are the components their names say (ui/wiring.py turns
     the handlers' dicts into Gradio's lists), and the controls start at the race's defaults for
@@ -98,7 +92,9 @@ def test_page_binds_controls_and_outputs_by_name():
     out = props(handlers.LIVE, step["outputs"])
     assert out["session"]["type"] == "state" and out["status"]["elem_id"] == "live-status"
     assert all(out[n]["elem_id"] == f"live-{suffix.get(n, n)}" for n in DASH), out
-    inp = props(("session", "prompt", *handlers.CONTROLS), step["inputs"])
+    inp = props(("session", "prompt", *handlers.CONTROLS, handlers.PANELS_STATE), step["inputs"])
+    assert inp[handlers.PANELS_STATE]["type"] == "state"    # what is on screen: test_an_update_sends_only_what_is_shown
+    assert [comps[i]["props"].get("elem_id") for i in step["show_progress_on"]] == ["live-status"]   # one spinner
     labels = dict(prompt="Prompt (chat message)", policy="Tree policy", compare="Compare with",
                   total_tokens="Total tokens N", depth="Depth d", top_k="Top-k", temperature="Temperature",
                   top_p="Top-p", seed="Seed", max_new_tokens="Max new tokens", colour_by="Colour nodes by")
@@ -114,6 +110,13 @@ def test_page_binds_controls_and_outputs_by_name():
     replay = props(handlers.REPLAY, dep("trace-pick", "change")["outputs"])
     assert replay["view"]["type"] == "state" and replay["info"]["elem_id"] == "trace-info"
     assert all(replay[n]["elem_id"] == f"replay-{suffix.get(n, n)}" for n in DASH)
+    for tab in ("live", "replay"):   # each section under the trees opens as OPEN says and, opened, draws its charts
+        for name, _ in SECTIONS:
+            section = next(c for c in cfg["components"] if c["props"].get("elem_id") == f"{tab}-{name}-section")
+            assert section["type"] == "accordion" and section["props"]["open"] == (name in OPEN)
+            opened = props(handlers.panel_outputs(name), dep(f"{tab}-{name}-section", "expand")["outputs"])
+            assert opened[handlers.PANELS_STATE]["type"] == "state"
+            assert all(opened[n]["elem_id"] == f"{tab}-{n}" for n in PANELS[name])
     ex = props(handlers.EXPLAIN, dep("explain-phase", "change")["outputs"])
     assert {n: ex[n]["elem_id"] for n in ex} == dict(cycle="explain-cycle", phase="explain-phase",
                                                     figure="explain-tree", text="explain-text")
@@ -224,19 +227,51 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
             t.join(timeout=240)
         assert not errors, errors
         for i in range(2):
-            status, table = results[i]["status"], results[i]["table"]
+            status, tokens = results[i]["status"], results[i]["tokens"]
             exp = expected[i]
-            want = viz.cycle_table(exp.main.trace.steps)
             assert f"cycle {ticks}" in status and f"{len(exp.main.generated)} tokens" in status
-            assert table_text(table) == "".join(want["text"]), f"session {i} got another session's text"
-            assert [r[table["headers"].index("cycle")] for r in table["data"]] == list(range(ticks + 1))
-        assert table_text(results[0]["table"]) != table_text(results[1]["table"])
+            # the token stream: every token's text and cycle (the table is in a closed section: not sent)
+            assert tokens == viz.token_stream_html(exp.main.trace.steps), f"session {i} got another session's text"
+        assert results[0]["tokens"] != results[1]["tokens"]
         a = [(t0, t1) for p, t0, t1 in spans if p == prompts[0]]
         b = [(t0, t1) for p, t0, t1 in spans if p == prompts[1]]
         assert len(a) == len(b) == ticks
         assert any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b), "the sessions never decoded at once"
     finally:
         demo.close()
+
+
+def test_an_update_sends_only_what_is_shown(bundle):
+    """A Step builds and sends the tree, the metrics, the token stream and the cycle slider, and
+    the open panels' outputs only: with the comparison hidden and every section closed, the
+    others are gr.skip() (neither built nor redrawn). Opening a section draws it at once; hiding
+    the comparison hides its panel. A caller that names no panels gets every output."""
+    sess = solo(bundle, "Name a fruit.", 1)
+    out = handlers.on_step(sess, "Name a fruit.", *ui(side_by_side=False), frozenset())
+    assert {n for n, v in out.items() if isinstance(v, SKIP)} == set(DASH) - set(ALWAYS)
+    assert out["tree"].layout.title.text.startswith("Cycle 2 ") and "cycle 2" in out["status"]
+    out = handlers.on_step(sess, "Name a fruit.", *ui(), OPEN)               # the page's default panels
+    assert {n for n, v in out.items() if not isinstance(v, SKIP)} == \
+        {"session", "status", *ALWAYS, *(n for p in OPEN for n in PANELS[p])}
+    assert out["compare"].layout.title.text.startswith("static on the same context")
+    assert not any(isinstance(v, SKIP) for v in handlers.on_step(sess, "Name a fruit.", *ui()).values())
+
+    opened = handlers.on_panel_open("whatif", handlers.live_view)(sess, None, "path value", False, OPEN)
+    assert list(opened) == list(handlers.panel_outputs("whatif"))
+    assert opened["panels"] == OPEN | {"whatif"} and opened["whatif"].data             # drawn now
+    assert handlers.on_panel_close("whatif")(opened["panels"]) == {"panels": OPEN}
+    recorded = View.from_trace(Trace.load(next(iter(shipped_traces().values()))), "replay")
+    before_step = handlers.on_panel_open("table", lambda s: handlers.live_view(s, recorded))
+    assert len(before_step(None, None, "path value", False, OPEN)["table"]) == len(recorded.steps)  # a new page's trace
+    assert before_step(Session(), None, "path value", False, OPEN)["table"].empty     # after Reset: empty
+
+    side_by_side = handlers.on_side_by_side(handlers.live_view)
+    hidden = side_by_side(sess, False, None, "path value", False, OPEN)
+    assert hidden["panels"] == OPEN - {"compare"} and hidden["compare"].visible is False
+    shown = side_by_side(sess, True, None, "path value", False, hidden["panels"])
+    assert shown["panels"] == OPEN and shown["compare"].visible is True
+    reset = handlers.on_reset(sess, hidden["panels"])
+    assert isinstance(reset["compare"], SKIP) and not isinstance(reset["tree"], SKIP)
 
 
 def test_lockstep_session_is_lossless_and_timed_separately(bundle):

@@ -130,3 +130,81 @@ def test_the_fixed_large_tree_is_one_click_away(page):
     wait_status(page, f"{gpu.policy} vs {gpu.compare} vs plain")
     assert plot_traces(page, "live-tree")["draft nodes"] >= 20                # N = 60
     page.screenshot(path=str(ARTIFACTS / "live-gpu-preset.png"))
+
+
+def box(page, selector: str) -> dict:
+    """The element's bounding box in the viewport (x, y, width, height), px."""
+    b = page.locator(selector).first.bounding_box()
+    assert b is not None, f"{selector} is not displayed"
+    return b
+
+
+def in_viewport(b: dict, height: int) -> bool:
+    return b["y"] >= 0 and b["y"] + b["height"] <= height
+
+
+def title_inside(page, elem_id: str) -> bool:
+    """The Plotly title of the figure in `elem_id` lies within the figure's width (not cut off)."""
+    fig, title = box(page, f"#{elem_id} .js-plotly-plot"), box(page, f"#{elem_id} .gtitle")
+    return fig["x"] <= title["x"] and title["x"] + title["width"] <= fig["x"] + fig["width"] + 1
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def test_phone_width_shows_the_tree_first_and_keeps_step_at_hand(browser, server):
+    """At 390 px: the Step row on top, the tree under it and above the prompt and the settings
+    (each collapsible there), and Step still on screen once the page is scrolled down to the
+    settings (the row sticks to the top). A Step from there draws the next tree."""
+    ctx, page = open_page(browser, server, **PHONE)
+    try:
+        tree, prompt, policy, step_btn = (box(page, s) for s in ("#live-tree", "#prompt", "#policy", "#step-btn"))
+        assert step_btn["y"] + step_btn["height"] <= tree["y"] and in_viewport(step_btn, PHONE["height"])
+        assert tree["y"] + tree["height"] <= prompt["y"] <= policy["y"]
+        assert tree["width"] > 0.8 * PHONE["width"]                              # the tree has the width
+        assert title_inside(page, "live-tree")
+        for section in ("#live-prompt-box", "#live-settings"):                   # collapsible here
+            assert page.locator(f"{section} > .label-wrap").is_visible()
+        row = [box(page, f"#{b}-btn") for b in ("step", "run", "stop", "reset")]
+        assert len({round(b["y"]) for b in row}) == 1                            # one compact row
+        assert row[-1]["x"] + row[-1]["width"] <= PHONE["width"]
+        page.locator("#live-race-section").scroll_into_view_if_needed()          # far below the tree
+        assert not in_viewport(box(page, "#live-tree"), PHONE["height"])
+        assert in_viewport(box(page, "#step-btn"), PHONE["height"])              # still at hand
+        page.screenshot(path=str(ARTIFACTS / "phone-scrolled.png"))
+        wait_model_ready(page)
+        step(page, "Write a haiku about the sea.", 1)
+        assert plot_traces(page, "live-tree")["draft nodes"] >= 1
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.screenshot(path=str(ARTIFACTS / "phone-step1.png"))
+    finally:
+        ctx.close()
+
+
+def test_wide_layout_keeps_the_controls_beside_the_dashboard(page):
+    """At desktop width the controls stay in their column beside the dashboard: no collapsible
+    headers there, the prompt above the buttons above the settings."""
+    prompt, step_btn, policy, tree = (box(page, s) for s in ("#prompt", "#step-btn", "#policy", "#live-tree"))
+    assert prompt["x"] + prompt["width"] <= tree["x"]
+    assert prompt["y"] < step_btn["y"] < policy["y"]
+    for section in ("#live-prompt-box", "#live-settings"):
+        assert not page.locator(f"{section} > .label-wrap").is_visible()
+    assert title_inside(page, "live-tree") and title_inside(page, "live-cmp")
+
+
+def test_closed_sections_are_drawn_when_opened_not_on_every_step(page):
+    """A Step redraws the open panels only: the closed sections' charts stay undrawn until the
+    section opens, and then show the run so far."""
+    wait_model_ready(page)
+    step(page, "Write a haiku about the sea.", 2)
+    assert plot_traces(page, "live-race")                                     # open: drawn
+    assert plot_traces(page, "live-hist") is None                            # closed: not sent
+    page.locator("#live-acceptance-section > .label-wrap").click()
+    page.wait_for_function("() => { const el = document.querySelector('#live-hist .js-plotly-plot');"
+                           " return el && el.data && el.data.length > 0; }")
+    assert set(plot_traces(page, "live-hist")) >= {"eagle2-auto", "static"}
+    page.locator("#side-by-side input").uncheck()                            # the comparison hidden
+    page.locator("#live-cmp").wait_for(state="hidden")
+    page.locator("#step-btn").click()
+    wait_status(page, "cycle 3 ·")
+    assert page.locator("#live-cmp").is_hidden() and plot_traces(page, "live-tree")["draft nodes"] >= 1

@@ -2,8 +2,16 @@
 
 `render` returns the values and `build_dashboard` the components, both as dicts keyed by the
 names in DASH, so handlers and tabs address outputs by name, never by position.
+
+Only what is on screen is drawn: the tree, the metrics, the token stream and the cycle slider on
+every update; the other outputs belong to panels (the comparison tree, and the sections below it)
+that the reader opens and closes. `render(..., panels=...)` builds and sends the outputs of the
+open panels only (the others get gr.skip(): neither built on the server nor redrawn by the
+browser), and opening a panel draws it at once (ui/tabs/sections.py).
 """
 from __future__ import annotations
+
+from functools import cached_property
 
 import gradio as gr
 
@@ -14,49 +22,164 @@ from .view import View, cut_series
 
 DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "whatif", "hist", "calib", "depth", "table",
         "cycle")
+ALWAYS = ("metrics", "tokens", "tree", "cycle")        # drawn on every update
+# The panels the reader may close, and their outputs; SECTIONS: the collapsible sections under the
+# trees, in page order, with their titles; OPEN: the panels open on a new page.
+PANELS = {"compare": ("compare",), "race": ("race", "speedup"), "whatif": ("whatif",),
+          "acceptance": ("hist", "calib", "depth"), "table": ("table",)}
+SECTIONS = (("race", "Race and running speedup"), ("whatif", "What-if on other hardware"),
+            ("acceptance", "Acceptance and calibration"), ("table", "Per-cycle table"))
+OPEN = frozenset({"compare", "race"})
+assert set(ALWAYS) | {n for outs in PANELS.values() for n in outs} == set(DASH), "DASH, ALWAYS and PANELS disagree"
+CHART_LABELS = {"race": "Race", "speedup": "Speedup", "whatif": "What-if: this run priced on other hardware",
+                "hist": "Acceptance lengths", "calib": "Calibration", "depth": "Per-depth acceptance"}
+TREE_PX = 460        # the height of a tree panel's placeholder
+CHART_PX = 300       # the height of a chart's placeholder
 
 
-def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False) -> dict:
-    """Every dashboard output for a view, at a cycle (None = the latest), keyed as DASH."""
-    cb = "prob" if str(colour_by).startswith("draft") or colour_by == "prob" else "value"
-    if view is None or not view.steps:
-        e = viz.empty_figure
-        return dict(metrics="", tokens=viz.token_stream_html([]), tree=e("Press Step to draft the first tree.", 460),
-                    compare=e("The comparison tree appears here.", 460), race=e("", 300), speedup=e("", 300),
-                    whatif=e("", 300), hist=e("", 300), calib=e("", 300), depth=e("", 300), table=viz.cycle_table([]),
-                    cycle=gr.Slider(minimum=0, maximum=1, value=0, interactive=False))
-    st = view.step_at(None if cycle in (None, 0) else int(cycle))
-    upto = len(view.steps) if st is None or cycle in (None, 0) else st.cycle + 1
-    steps = view.steps[:upto]
-    main = viz.charts.truncate(view.series[0], upto)
-    T = main["tokens"][-1] if main["tokens"] else 0
-    others = [cut_series(s, T) for s in view.series[1:]]
-    allser = [main] + others
-    m = viz.metrics(main, others)
-    tree = viz.tree_figure(st, colour_by=cb, show_dropped=show_dropped) if st is not None else \
-        viz.empty_figure("No draft tree (plain decoding or prefill only).", 460)
-    pv = view.previews.get(st.cycle) if st is not None else None
-    if pv is not None:
-        cmp = viz.tree_figure(pv, colour_by=cb, show_dropped=show_dropped,
-                              title=f"{pv.policy} on the same context: accepted {pv.accepted_len} "
-                                    f"({st.policy}: {st.accepted_len})")
-    else:
-        cmp = viz.empty_figure("No side-by-side tree for this cycle.", 460)
-    dr = view.drafted
-    slider = gr.Slider(minimum=dr[0] if dr else 0, maximum=max(dr[-1] if dr else 1, (dr[0] if dr else 0) + 1),
-                       value=st.cycle if st is not None else 0, step=1, interactive=len(dr) > 1)
-    lossy = {view.series[0]["label"]: viz.lossy_summary(steps)}
-    lossy.update({k: v for k, v in view.lossy.items() if k != view.series[0]["label"]})
-    # the what-if: this run's cycles priced with this machine's costs and with a GPU model's
-    here = viz.cost_table_from_trace(steps, view.meta, others)
-    priced = viz.price_run(main, here) if here else None
-    return dict(metrics=viz.metrics_html(m, lossy, suggest=HARDWARE_AWARE, why=priced),
-                tokens=viz.token_stream_html(view.steps,
-                                             highlight=st.cycle if (st and cycle not in (None, 0)) else None),
-                tree=tree, compare=cmp, race=viz.race_chart(allser), speedup=viz.speedup_chart(main, others),
-                whatif=viz.whatif_chart(allser, [here, viz.gpu_model_table()]),
-                hist=viz.acceptance_histogram(allser), calib=viz.calibration_chart(steps),
-                depth=viz.depth_chart(allser), table=viz.cycle_table(steps), cycle=slider)
+def shown(panels=None) -> set:
+    """The outputs an update draws when `panels` are open (None: every panel)."""
+    if panels is None:
+        return set(DASH)
+    return set(ALWAYS) | {n for p in panels if p in PANELS for n in PANELS[p]}
+
+
+def colour_key(colour_by) -> str:
+    """The tree figures' colour_by ('prob' or 'value') from the page's choice."""
+    return "prob" if str(colour_by).startswith("draft") or colour_by == "prob" else "value"
+
+
+class At:
+    """A view at one cycle (None or 0: the latest), as the dashboard draws it: each output is a
+    method, and what several outputs share (the series cut at that cycle, the cost table) is
+    computed once, when first needed."""
+
+    def __init__(self, view: View, cycle=None, colour_by="path value", show_dropped=False):
+        self.view, self.latest = view, cycle in (None, 0)
+        self.st = view.step_at(None if self.latest else int(cycle))
+        self.cb, self.show_dropped = colour_key(colour_by), show_dropped
+
+    @cached_property
+    def steps(self) -> list:
+        upto = len(self.view.steps) if self.st is None or self.latest else self.st.cycle + 1
+        return self.view.steps[:upto]
+
+    @cached_property
+    def main(self) -> dict:
+        return viz.charts.truncate(self.view.series[0], len(self.steps))
+
+    @cached_property
+    def others(self) -> list:
+        T = self.main["tokens"][-1] if self.main["tokens"] else 0
+        return [cut_series(s, T) for s in self.view.series[1:]]
+
+    @property
+    def all_series(self) -> list:
+        return [self.main] + self.others
+
+    @cached_property
+    def here(self) -> dict | None:
+        """This run's cycles priced with this machine's costs (the what-if and the metrics' line)."""
+        return viz.cost_table_from_trace(self.steps, self.view.meta, self.others)
+
+    def metrics(self) -> str:
+        v = self.view
+        lossy = {v.series[0]["label"]: viz.lossy_summary(self.steps)}
+        lossy.update({k: x for k, x in v.lossy.items() if k != v.series[0]["label"]})
+        priced = viz.price_run(self.main, self.here) if self.here else None
+        return viz.metrics_html(viz.metrics(self.main, self.others), lossy, suggest=HARDWARE_AWARE, why=priced)
+
+    def tokens(self) -> str:
+        hl = self.st.cycle if (self.st is not None and not self.latest) else None
+        return viz.token_stream_html(self.view.steps, highlight=hl)
+
+    def tree(self):
+        if self.st is None:
+            return viz.empty_figure("No draft tree (plain decoding or prefill only).", TREE_PX)
+        return viz.tree_figure(self.st, colour_by=self.cb, show_dropped=self.show_dropped)
+
+    def compare(self):
+        st = self.st
+        pv = self.view.previews.get(st.cycle) if st is not None else None
+        if pv is None:
+            return viz.empty_figure("No side-by-side tree for this cycle.", TREE_PX)
+        return viz.tree_figure(pv, colour_by=self.cb, show_dropped=self.show_dropped,
+                               title=f"{pv.policy} on the same context: accepted {pv.accepted_len} "
+                                     f"({st.policy}: {st.accepted_len})")
+
+    def race(self):
+        return viz.race_chart(self.all_series)
+
+    def speedup(self):
+        return viz.speedup_chart(self.main, self.others)
+
+    def whatif(self):
+        return viz.whatif_chart(self.all_series, [self.here, viz.gpu_model_table()])
+
+    def hist(self):
+        return viz.acceptance_histogram(self.all_series)
+
+    def calib(self):
+        return viz.calibration_chart(self.steps)
+
+    def depth(self):
+        return viz.depth_chart(self.all_series)
+
+    def table(self):
+        return viz.cycle_table(self.steps)
+
+    def cycle(self):
+        dr, st = self.view.drafted, self.st
+        lo = dr[0] if dr else 0
+        return gr.Slider(minimum=lo, maximum=max(dr[-1] if dr else 1, lo + 1), value=st.cycle if st is not None else 0,
+                         step=1, interactive=len(dr) > 1)
+
+
+class Blank:
+    """The dashboard before anything has run: each output a method, as in At."""
+
+    def metrics(self) -> str:
+        return ""
+
+    def tokens(self) -> str:
+        return viz.token_stream_html([])
+
+    def tree(self):
+        return viz.empty_figure("Press Step to draft the first tree.", TREE_PX)
+
+    def compare(self):
+        return viz.empty_figure("The comparison tree appears here.", TREE_PX)
+
+    def table(self):
+        return viz.cycle_table([])
+
+    def cycle(self):
+        return gr.Slider(minimum=0, maximum=1, value=0, interactive=False)
+
+    def chart(self):
+        return viz.empty_figure("", CHART_PX)
+
+    race = speedup = whatif = hist = calib = depth = chart
+
+
+def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False, panels=None) -> dict:
+    """The dashboard's outputs for a view, at a cycle (None = the latest), keyed as DASH: those of
+    the open `panels` (None: all) built, the others gr.skip()."""
+    at = At(view, cycle, colour_by, show_dropped) if view is not None and view.steps else Blank()
+    want = shown(panels)
+    return {n: getattr(at, n)() if n in want else gr.skip() for n in DASH}
+
+
+def render_panel(name: str, view: View | None, cycle=None, colour_by="path value", show_dropped=False) -> dict:
+    """The outputs of one panel, keyed by their names (a panel just opened)."""
+    out = render(view, cycle, colour_by, show_dropped, panels=(name,))
+    return {n: out[n] for n in PANELS[name]}
+
+
+def toggle(panels, name: str, is_open: bool) -> frozenset:
+    """The open panels after `name` opened or closed."""
+    panels = frozenset(panels or ())
+    return panels | {name} if is_open else panels - {name}
 
 
 def slider_kw(upd) -> dict:
@@ -64,32 +187,37 @@ def slider_kw(upd) -> dict:
     return {k: getattr(upd, k) for k in ("minimum", "maximum", "value", "interactive")}
 
 
-def build_dashboard(prefix: str, init: dict | None = None) -> dict:
+def initial(value):
+    """A component's starting value from render()'s output: None for an output left out (skipped)."""
+    return None if isinstance(value, dict) and value.get("__type__") == "update" else value
+
+
+def build_dashboard(prefix: str, init: dict | None = None, panels=OPEN) -> tuple[dict, dict]:
     """Create the dashboard components in the current layout context, showing `init` (render()'s
-    output) from the start; returns them keyed as DASH."""
-    v = init or render(None)
-    c = {}
-    c["metrics"] = gr.HTML(v["metrics"], elem_id=f"{prefix}-metrics", elem_classes=["metricsbox"])
-    c["tokens"] = gr.HTML(v["tokens"], elem_id=f"{prefix}-tokens")
+    output) from the start, with `panels` open (the comparison tree shown, the sections expanded).
+    Returns the components keyed as DASH, and the sections (gr.Accordion) keyed by panel name."""
+    v = {n: initial(x) for n, x in (init or render(None)).items()}
+    c, sections = {}, {}
+    c["metrics"] = gr.HTML(v["metrics"], elem_id=f"{prefix}-metrics", elem_classes=["metricsbox", "dash-metrics"])
+    c["tokens"] = gr.HTML(v["tokens"], elem_id=f"{prefix}-tokens", elem_classes=["dash-tokens"])
     c["cycle"] = gr.Slider(step=1, label="Cycle shown" + (" (the next Step jumps back to the latest)"
                                                           if prefix == "live" else ""),
-                           elem_id=f"{prefix}-cycle", **slider_kw(v["cycle"]))
-    with gr.Row(equal_height=False):
+                           elem_id=f"{prefix}-cycle", elem_classes=["dash-cycle"], **slider_kw(v["cycle"]))
+    with gr.Row(equal_height=False, elem_classes=["dash-trees"]):
         c["tree"] = gr.Plot(v["tree"], label="Draft tree (this cycle)", show_label=False, elem_id=f"{prefix}-tree",
-                            scale=3)
+                            elem_classes=["dash-tree"], scale=3)
         c["compare"] = gr.Plot(v["compare"], label="Comparison tree, same context", show_label=False,
-                               elem_id=f"{prefix}-cmp", scale=2)
-    with gr.Row(equal_height=True):
-        c["race"] = gr.Plot(v["race"], label="Race", show_label=False, elem_id=f"{prefix}-race")
-        c["speedup"] = gr.Plot(v["speedup"], label="Speedup", show_label=False, elem_id=f"{prefix}-speedup")
-    c["whatif"] = gr.Plot(v["whatif"], label="What-if: this run priced on other hardware", show_label=False,
-                          elem_id=f"{prefix}-whatif")
-    with gr.Row(equal_height=True):
-        c["hist"] = gr.Plot(v["hist"], label="Acceptance lengths", show_label=False, elem_id=f"{prefix}-hist")
-        c["calib"] = gr.Plot(v["calib"], label="Calibration", show_label=False, elem_id=f"{prefix}-calib")
-        c["depth"] = gr.Plot(v["depth"], label="Per-depth acceptance", show_label=False, elem_id=f"{prefix}-depth")
-    with gr.Accordion("Per-cycle table", open=False):
-        c["table"] = gr.Dataframe(v["table"], elem_id=f"{prefix}-table", interactive=False, wrap=False,
-                                  max_height=420, max_chars=48)
+                               elem_id=f"{prefix}-cmp", elem_classes=["dash-cmp"], scale=2,
+                               visible="compare" in panels)
+    for name, title in SECTIONS:
+        with gr.Accordion(title, open=name in panels, elem_id=f"{prefix}-{name}-section",
+                          elem_classes=["dash-section"]) as sections[name]:
+            if name == "table":
+                c["table"] = gr.Dataframe(v["table"], elem_id=f"{prefix}-table", interactive=False, wrap=False,
+                                          max_height=420, max_chars=48)
+                continue
+            with gr.Row(equal_height=True):
+                for out in PANELS[name]:
+                    c[out] = gr.Plot(v[out], label=CHART_LABELS[out], show_label=False, elem_id=f"{prefix}-{out}")
     assert set(c) == set(DASH), "build_dashboard and DASH disagree"
-    return c
+    return c, sections

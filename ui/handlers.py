@@ -16,7 +16,7 @@ import viz
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 
-from .dashboard import DASH, render
+from .dashboard import DASH, PANELS, render, render_panel, toggle
 from .model import MODEL
 from .session import Session, Settings
 from .traces import load_view, shipped_traces
@@ -27,6 +27,9 @@ from .view import VIZ_KEY, View
 CONTROLS = ("policy", "compare", "total_tokens", "depth", "top_k", "temperature", "top_p", "seed",
             "max_new_tokens", "side_by_side", "colour_by", "show_dropped")
 N_SETTINGS = CONTROLS.index("side_by_side") + 1
+# After them the page passes the dashboard's open panels (a gr.State, ui/dashboard.py's PANELS):
+# an update builds and sends only what is on screen. A caller that leaves it out gets every output.
+PANELS_STATE = "panels"
 
 # Output names
 LIVE = ("session", "status", *DASH)      # Step, Run, Reset
@@ -83,8 +86,8 @@ def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) 
     return sess, notes
 
 
-def _live(sess: Session, colour_by="path value", show_dropped=False) -> dict:
-    return {"session": sess, "status": live_status(sess), **render(sess.view(), None, colour_by, show_dropped)}
+def _live(sess: Session, colour_by="path value", show_dropped=False, panels=None) -> dict:
+    return {"session": sess, "status": live_status(sess), **render(sess.view(), None, colour_by, show_dropped, panels)}
 
 
 def on_step(sess, prompt, *controls) -> dict:
@@ -133,19 +136,66 @@ def on_stop(sess) -> None:
         sess.stop_requested = True
 
 
-def on_reset(sess) -> dict:
+def on_reset(sess, panels=None) -> dict:
     """Reset: a fresh session and an empty dashboard. Outputs: LIVE."""
     if sess is not None and sess.lock.locked():
         _warn("A step is running; press Stop first.")
         return skip(LIVE)
-    return {"session": Session(), "status": live_status(None), **render(None)}
+    return {"session": Session(), "status": live_status(None), **render(None, panels=panels)}
 
 
-def on_live_view(sess, cycle, colour_by, show_dropped) -> dict:
+def live_view(sess, before: View | None = None) -> View | None:
+    """What the Live dashboard shows: the session's decoders once started; `before` (the recorded
+    trace a new page shows) while the page has no session yet (a Reset leaves an empty one)."""
+    if sess is None:
+        return before
+    return sess.view() if sess.started else None
+
+
+def on_live_view(sess, cycle, colour_by, show_dropped, panels=None) -> dict:
     """Cycle slider / display options changed: redraw (no decoding). Outputs: DASH."""
     if sess is None or not sess.started:
         return skip(DASH)
-    return render(sess.view(), cycle, colour_by, show_dropped)
+    return render(sess.view(), cycle, colour_by, show_dropped, panels)
+
+
+def on_side_by_side(view_of):
+    """A handler for the side-by-side checkbox: (session, on, cycle, colour_by, show_dropped,
+    panels) -> the comparison tree shown (and drawn for `view_of(session)`) or hidden at once (the
+    decoders draft it from the next Step on, or stop), and the open panels. Outputs: panels, compare."""
+    def side_by_side(sess, on, cycle, colour_by, show_dropped, panels) -> dict:
+        if not on:
+            return {PANELS_STATE: toggle(panels, "compare", False), "compare": gr.Plot(visible=False)}
+        fig = render_panel("compare", view_of(sess), cycle, colour_by, show_dropped)["compare"]
+        return {PANELS_STATE: toggle(panels, "compare", True), "compare": gr.Plot(fig, visible=True)}
+    return side_by_side
+
+
+# --------------------------------------------------------------------------------------------
+# Panels opened and closed (both tabs)
+# --------------------------------------------------------------------------------------------
+def panel_outputs(name: str) -> tuple[str, ...]:
+    """Output names of the handler for panel `name` opening."""
+    return (PANELS_STATE, *PANELS[name])
+
+
+def on_panel_open(name: str, view_of):
+    """A handler for panel `name` opening: (source, cycle, colour_by, show_dropped, panels) ->
+    the open panels and the panel drawn (outputs: panel_outputs(name)). `view_of(source)`: the
+    View the tab shows (live_view, or the Replay tab's view itself)."""
+    def opened(source, cycle, colour_by, show_dropped, panels) -> dict:
+        return {PANELS_STATE: toggle(panels, name, True),
+                **render_panel(name, view_of(source), cycle, colour_by, show_dropped)}
+    opened.__name__ = f"open_{name}"
+    return opened
+
+
+def on_panel_close(name: str):
+    """A handler for panel `name` closing: panels -> the open panels (outputs: (PANELS_STATE,))."""
+    def closed(panels) -> dict:
+        return {PANELS_STATE: toggle(panels, name, False)}
+    closed.__name__ = f"close_{name}"
+    return closed
 
 
 def pick_example(choice, examples: dict[str, str]):
@@ -156,7 +206,7 @@ def pick_example(choice, examples: dict[str, str]):
 # --------------------------------------------------------------------------------------------
 # Replay
 # --------------------------------------------------------------------------------------------
-def on_replay_load(choice, upload, cycle, colour_by, show_dropped) -> dict:
+def on_replay_load(choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
     """Load a shipped (`choice`) or uploaded trace. Outputs: REPLAY."""
     try:
         if upload:
@@ -170,19 +220,19 @@ def on_replay_load(choice, upload, cycle, colour_by, show_dropped) -> dict:
     except UserError as e:
         _warn(str(e))
         return skip(REPLAY)
-    return {"view": view, "info": trace_info(view), **render(view, None, colour_by, show_dropped)}
+    return {"view": view, "info": trace_info(view), **render(view, None, colour_by, show_dropped, panels)}
 
 
-def on_replay_pick(choice, upload, cycle, colour_by, show_dropped) -> dict:
+def on_replay_pick(choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
     """A shipped trace picked (whatever was uploaded before). Outputs: REPLAY."""
-    return on_replay_load(choice, None, cycle, colour_by, show_dropped)
+    return on_replay_load(choice, None, cycle, colour_by, show_dropped, panels)
 
 
-def on_replay_view(view, cycle, colour_by, show_dropped) -> dict:
+def on_replay_view(view, cycle, colour_by, show_dropped, panels=None) -> dict:
     """Cycle slider / display options changed. Outputs: DASH."""
     if view is None:
         return skip(DASH)
-    return render(view, cycle, colour_by, show_dropped)
+    return render(view, cycle, colour_by, show_dropped, panels)
 
 
 def trace_info(view: View) -> str:

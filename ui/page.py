@@ -8,7 +8,7 @@ import gradio as gr
 from eagle2.errors import UserError
 from viz.tokens import TOKEN_CSS
 
-from .dashboard import render
+from .dashboard import OPEN, render
 from .handlers import REPLAY_SOURCE, live_status, on_explain, trace_info
 from .model import MODEL
 from .tabs.explain import build_explain_tab
@@ -45,7 +45,7 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
     if preload_trace and traces:
         try:
             init_view = load_view(next(iter(traces.values())))
-            init_dash = render(init_view)
+            init_dash = render(init_view, panels=OPEN)   # closed sections are drawn when opened
             init_info = trace_info(init_view)
             init_ex = on_explain(REPLAY_SOURCE, None, init_view, None, None)
             init_status = (f"Showing the recorded trace **{next(iter(traces))}** until you press **Step** "
@@ -63,7 +63,7 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
 
         with gr.Tabs(selected="live"):
             with gr.Tab("Live", id="live"):
-                build_live_tab(sess, init_dash, init_status, device)
+                build_live_tab(sess, init_dash, init_status, device, init_view)
             with gr.Tab("Replay", id="replay"):
                 build_replay_tab(rview, traces, init_dash, init_info)
             with gr.Tab("Explain a cycle", id="explain"):

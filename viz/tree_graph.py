@@ -370,6 +370,8 @@ def _add_edges(fig, G, pos, nodes, colour, width, name) -> None:
         (x0, y0), (x1, y1) = pos[preds[0]], pos[v]
         xs += [x0, x1, None]
         ys += [y0, y1, None]
+    if not xs:   # an empty trace still costs the browser a layer to draw
+        return
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
                              hoverinfo="skip", name=name, showlegend=False))
 

@@ -7,11 +7,13 @@ import gradio as gr
 from eagle2.policies.registry import names as policy_names
 
 from .. import handlers as h
-from ..dashboard import DASH, build_dashboard
+from ..dashboard import DASH, OPEN, build_dashboard
 from ..help import HELP, policy_help, preset_label, presets_help
 from ..session import defaults, device_kind
 from ..traces import load_examples
+from ..view import View
 from ..wiring import on
+from .sections import wire_sections
 
 COLOUR_CHOICES = ["path value", "draft prob"]
 PRESETS = (("cpu", "CPU"), ("cuda", "GPU"))   # the tree presets: each device kind's defaults
@@ -26,80 +28,115 @@ def preset_values(kind: str):
     return values
 
 
-def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str,
-                   device: str | None = None) -> tuple[dict, dict]:
-    """The tab's contents (call inside `with gr.Tab(...)`), its controls at the defaults for
-    `device` (None: the device the page's model was started for). Returns its controls and its
-    outputs (LIVE: the session, the status line and the dashboard), each keyed by name."""
-    examples = load_examples()
-    ex_choices = [f"{cat} · {p}" for cat, ps in examples.items() for p in ps]
-    ex_map = dict(zip(ex_choices, [p for ps in examples.values() for p in ps]))
-    pols = policy_names()
-    kind = device_kind(device)
-    d = defaults(kind)
-    c: dict = {}
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=340):
-            c["prompt"] = gr.Textbox(label="Prompt (chat message)", lines=4, elem_id="prompt",
-                                     placeholder="Ask the model something…")
-            c["example"] = gr.Dropdown(choices=ex_choices, value=None, label="Example prompts",
-                                       elem_id="examples", info=HELP["examples"])
-            with gr.Row(elem_classes=["controls"]):
-                c["step"] = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=70)
-                c["run"] = gr.Button("Run", variant="secondary", elem_id="run-btn", min_width=70)
-                c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=70)
-                c["reset"] = gr.Button("Reset", elem_id="reset-btn", min_width=70)
-            with gr.Accordion("Tree settings", open=True):
-                with gr.Row():   # each device kind's defaults, one click away
-                    for k, who in PRESETS:
-                        mark = " (this machine)" if k == kind else ""
-                        c[f"preset_{k}"] = gr.Button(f"{who} default{mark}: {preset_label(defaults(k))}",
-                                                     size="sm", elem_id=f"preset-{k}", min_width=150)
-                c["presets_help"] = gr.HTML(f'<p style="font-size:var(--block-info-text-size);color:'
-                                            f'var(--block-info-text-color);margin:0 2px">{presets_help(kind)}</p>',
-                                            elem_id="presets-help")
-                c["policy"] = gr.Dropdown(pols, value=d.policy, label="Tree policy", info=policy_help(),
-                                          elem_id="policy")
-                c["compare"] = gr.Dropdown(pols, value=d.compare, label="Compare with", info=HELP["compare"],
-                                           elem_id="compare")
-                c["total_tokens"] = gr.Slider(2, 256, value=d.total_tokens, step=1, label="Total tokens N",
-                                              info=HELP["total_tokens"])
-                c["depth"] = gr.Slider(1, 12, value=d.depth, step=1, label="Depth d", info=HELP["depth"])
-                c["top_k"] = gr.Slider(1, 20, value=d.top_k, step=1, label="Top-k", info=HELP["top_k"])
-            with gr.Accordion("Generation settings", open=False):
-                c["temperature"] = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature",
-                                             info=HELP["temperature"])
-                c["top_p"] = gr.Slider(0.05, 1, value=d.top_p, step=0.05, label="Top-p", info=HELP["top_p"])
-                c["seed"] = gr.Number(d.seed, precision=0, label="Seed", info=HELP["seed"])
-                c["max_new_tokens"] = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="Max new tokens",
-                                                info=HELP["max_new_tokens"])
-            with gr.Accordion("Display", open=True):
-                c["side_by_side"] = gr.Checkbox(d.side_by_side,
-                                                label="Draw the comparison policy's tree on the same context",
-                                                info=HELP["side_by_side"])
-                c["colour_by"] = gr.Radio(COLOUR_CHOICES, value=COLOUR_CHOICES[0], label="Colour nodes by",
-                                          info=HELP["colour_by"])
-                c["show_dropped"] = gr.Checkbox(False, label="Show nodes dropped by the rerank (faded)",
-                                                elem_id="show-dropped")
-            with gr.Accordion("Downloads", open=False):
-                c["export"] = gr.Button("Export trace (JSON), table (CSV), tree (HTML)")
-                c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
-        with gr.Column(scale=4):
-            status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner"])
-            dash = build_dashboard("live", init_dash)
-    out = {"session": sess, "status": status, **dash}
+def example_map(examples: dict[str, list[str]]) -> dict[str, str]:
+    """The example picker's choices ("category · prompt"), each with the prompt it fills in."""
+    return {f"{cat} · {p}": p for cat, ps in examples.items() for p in ps}
 
-    controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS]
-    on(c["step"].click, h.on_step, controls, h.LIVE, out, concurrency_id="decode", api_name="step")
-    on(c["prompt"].submit, h.on_step, controls, h.LIVE, out, concurrency_id="decode", api_visibility="private")
-    on(c["run"].click, h.on_run, controls, h.LIVE, out, concurrency_id="decode", api_name="run")
+
+def build_prompt(c: dict, choices: list[str]) -> None:
+    """The prompt box and the example picker, into `c`."""
+    c["prompt"] = gr.Textbox(label="Prompt (chat message)", lines=4, elem_id="prompt",
+                             placeholder="Ask the model something…")
+    c["example"] = gr.Dropdown(choices=choices, value=None, label="Example prompts", elem_id="examples",
+                               info=HELP["examples"])
+
+
+def build_buttons(c: dict) -> None:
+    """Step / Run / Stop / Reset in one row, into `c`."""
+    with gr.Row(elem_classes=["controls", "step-bar"], elem_id="live-buttons"):
+        c["step"] = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=70)
+        c["run"] = gr.Button("Run", variant="secondary", elem_id="run-btn", min_width=70)
+        c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=70)
+        c["reset"] = gr.Button("Reset", elem_id="reset-btn", min_width=70)
+
+
+def build_settings(c: dict, kind: str) -> None:
+    """The tree, generation and display settings and the downloads, into `c`, at `kind`'s defaults."""
+    d, pols = defaults(kind), policy_names()
+    with gr.Accordion("Tree settings", open=True):
+        with gr.Row():   # each device kind's defaults, one click away
+            for k, who in PRESETS:
+                mark = " (this machine)" if k == kind else ""
+                c[f"preset_{k}"] = gr.Button(f"{who} default{mark}: {preset_label(defaults(k))}",
+                                             size="sm", elem_id=f"preset-{k}", min_width=150)
+        c["presets_help"] = gr.HTML(f'<p style="font-size:var(--block-info-text-size);color:'
+                                    f'var(--block-info-text-color);margin:0 2px">{presets_help(kind)}</p>',
+                                    elem_id="presets-help")
+        c["policy"] = gr.Dropdown(pols, value=d.policy, label="Tree policy", info=policy_help(), elem_id="policy")
+        c["compare"] = gr.Dropdown(pols, value=d.compare, label="Compare with", info=HELP["compare"],
+                                   elem_id="compare")
+        c["total_tokens"] = gr.Slider(2, 256, value=d.total_tokens, step=1, label="Total tokens N",
+                                      info=HELP["total_tokens"])
+        c["depth"] = gr.Slider(1, 12, value=d.depth, step=1, label="Depth d", info=HELP["depth"])
+        c["top_k"] = gr.Slider(1, 20, value=d.top_k, step=1, label="Top-k", info=HELP["top_k"])
+    with gr.Accordion("Generation settings", open=False):
+        c["temperature"] = gr.Slider(0, 2, value=d.temperature, step=0.05, label="Temperature",
+                                     info=HELP["temperature"])
+        c["top_p"] = gr.Slider(0.05, 1, value=d.top_p, step=0.05, label="Top-p", info=HELP["top_p"])
+        c["seed"] = gr.Number(d.seed, precision=0, label="Seed", info=HELP["seed"])
+        c["max_new_tokens"] = gr.Slider(1, 512, value=d.max_new_tokens, step=1, label="Max new tokens",
+                                        info=HELP["max_new_tokens"])
+    with gr.Accordion("Display", open=True):
+        c["side_by_side"] = gr.Checkbox(d.side_by_side, label="Draw the comparison policy's tree on the same context",
+                                        info=HELP["side_by_side"], elem_id="side-by-side")
+        c["colour_by"] = gr.Radio(COLOUR_CHOICES, value=COLOUR_CHOICES[0], label="Colour nodes by",
+                                  info=HELP["colour_by"])
+        c["show_dropped"] = gr.Checkbox(False, label="Show nodes dropped by the rerank (faded)", elem_id="show-dropped")
+    with gr.Accordion("Downloads", open=False):
+        c["export"] = gr.Button("Export trace (JSON), table (CSV), tree (HTML)")
+        c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
+
+
+def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, device: str | None = None,
+                   init_view: View | None = None) -> tuple[dict, dict]:
+    """The tab's contents (call inside `with gr.Tab(...)`), its controls at the defaults for
+    `device` (None: the device the page's model was started for), its dashboard showing
+    `init_dash`, drawn from `init_view`, until the first Step. Returns its controls and its
+    outputs (LIVE: the session, the status line and the dashboard; and the open panels), each
+    keyed by name."""
+    ex_map = example_map(load_examples())
+    kind = device_kind(device)
+    c: dict = {}
+    c["panels"] = gr.State(OPEN if defaults(kind).side_by_side else OPEN - {"compare"})
+    # At phone width (style.css) the two columns become one: the buttons stick to the top, the tree
+    # comes first, and the prompt and the settings follow it, each collapsible there.
+    with gr.Row(equal_height=False, elem_id="live-layout", elem_classes=["tree-first"]):
+        with gr.Column(scale=1, min_width=340, elem_classes=["side"]):
+            with gr.Accordion("Prompt", open=True, elem_id="live-prompt-box",
+                              elem_classes=["side-prompt", "narrow-collapsible"]):
+                build_prompt(c, list(ex_map))
+            build_buttons(c)
+            with gr.Accordion("Settings", open=True, elem_id="live-settings",
+                              elem_classes=["side-settings", "narrow-collapsible"]):
+                build_settings(c, kind)
+        with gr.Column(scale=4, elem_classes=["main"]):
+            status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner", "dash-status"])
+            dash, sections = build_dashboard("live", init_dash, c["panels"].value)
+    out = {"session": sess, "status": status, h.PANELS_STATE: c["panels"], **dash}
+    wire(c, out, sections, ex_map, lambda s: h.live_view(s, init_view))
+    return c, out
+
+
+def wire(c: dict, out: dict, sections: dict, ex_map: dict[str, str], view_of) -> None:
+    """The tab's events: `c` its controls, `out` its outputs, `sections` the dashboard's;
+    `view_of(session)`: the View the dashboard shows."""
+    sess, panels, dash = out["session"], out[h.PANELS_STATE], {n: out[n] for n in DASH}
+    # only the status line shows that a step is under way: a spinner over every output costs the
+    # browser more than the step's own drawing
+    busy = dict(concurrency_id="decode", show_progress_on=out["status"])
+    controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS] + [panels]
+    on(c["step"].click, h.on_step, controls, h.LIVE, out, api_name="step", **busy)
+    on(c["prompt"].submit, h.on_step, controls, h.LIVE, out, api_visibility="private", **busy)
+    on(c["run"].click, h.on_run, controls, h.LIVE, out, api_name="run", **busy)
     c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
-    on(c["reset"].click, h.on_reset, [sess], h.LIVE, out, api_name="reset")
+    on(c["reset"].click, h.on_reset, [sess, panels], h.LIVE, out, api_name="reset", show_progress_on=out["status"])
     c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
-    redraw = [sess, dash["cycle"], c["colour_by"], c["show_dropped"]]
+    view = [sess, dash["cycle"], c["colour_by"], c["show_dropped"], panels]
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
-        on(event, h.on_live_view, redraw, DASH, dash, trigger_mode="always_last", show_progress="hidden")
+        on(event, h.on_live_view, view, DASH, dash, trigger_mode="always_last", show_progress="hidden")
+    on(c["side_by_side"].change, h.on_side_by_side(view_of), [sess, c["side_by_side"], *view[1:]],
+       (h.PANELS_STATE, "compare"), out, show_progress="hidden", api_visibility="private")
+    wire_sections(sections, view, out, view_of)
     c["export"].click(h.on_export_live, [sess], [c["files"]])
     for k, _ in PRESETS:
         c[f"preset_{k}"].click(preset_values(k), None, [c[n] for n in TREE], queue=False, show_progress="hidden")
-    return c, out

@@ -4,9 +4,10 @@ from __future__ import annotations
 import gradio as gr
 
 from .. import handlers as h
-from ..dashboard import DASH, build_dashboard
+from ..dashboard import DASH, OPEN, build_dashboard
 from ..wiring import on
 from .live import COLOUR_CHOICES
+from .sections import wire_sections
 
 
 def build_replay_tab(rview: gr.State, traces: dict, init_dash: dict | None, init_info: str) -> tuple[dict, dict]:
@@ -14,29 +15,33 @@ def build_replay_tab(rview: gr.State, traces: dict, init_dash: dict | None, init
     Returns its controls and its outputs (REPLAY: the view, the trace's description and the
     dashboard), each keyed by name."""
     c: dict = {}
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=340):
-            gr.Markdown("Browse a recorded run cycle by cycle; no model needed. Traces are "
-                        "written by *Export* in the Live tab or by `python app.py --record-traces`.")
-            c["pick"] = gr.Dropdown(list(traces), value=next(iter(traces), None), label="Recorded traces",
-                                    elem_id="trace-pick")
-            c["upload"] = gr.File(label="…or upload a trace (.json)", file_types=[".json"], type="filepath",
-                                  elem_id="trace-upload", height=110)
-            info = gr.Markdown(init_info, elem_id="trace-info")
-            c["colour_by"] = gr.Radio(COLOUR_CHOICES, value=COLOUR_CHOICES[0], label="Colour nodes by")
-            c["show_dropped"] = gr.Checkbox(False, label="Show nodes dropped by the rerank (faded)")
-            with gr.Accordion("Downloads", open=False):
-                c["export"] = gr.Button("Export this trace")
-                c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
-        with gr.Column(scale=4):
-            dash = build_dashboard("replay", init_dash)
-    out = {"view": rview, "info": info, **dash}
+    c["panels"] = gr.State(OPEN)
+    # at phone width the trees come first, as in the Live tab (style.css)
+    with gr.Row(equal_height=False, elem_classes=["tree-first"]):
+        with gr.Column(scale=1, min_width=340, elem_classes=["side"]):
+            with gr.Column(elem_classes=["side-settings"]):
+                gr.Markdown("Browse a recorded run cycle by cycle; no model needed. Traces are "
+                            "written by *Export* in the Live tab or by `python app.py --record-traces`.")
+                c["pick"] = gr.Dropdown(list(traces), value=next(iter(traces), None), label="Recorded traces",
+                                        elem_id="trace-pick")
+                c["upload"] = gr.File(label="…or upload a trace (.json)", file_types=[".json"], type="filepath",
+                                      elem_id="trace-upload", height=110)
+                info = gr.Markdown(init_info, elem_id="trace-info")
+                c["colour_by"] = gr.Radio(COLOUR_CHOICES, value=COLOUR_CHOICES[0], label="Colour nodes by")
+                c["show_dropped"] = gr.Checkbox(False, label="Show nodes dropped by the rerank (faded)")
+                with gr.Accordion("Downloads", open=False):
+                    c["export"] = gr.Button("Export this trace")
+                    c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
+        with gr.Column(scale=4, elem_classes=["main"]):
+            dash, sections = build_dashboard("replay", init_dash, c["panels"].value)
+    out = {"view": rview, "info": info, h.PANELS_STATE: c["panels"], **dash}
 
-    load_in = [c["pick"], c["upload"], dash["cycle"], c["colour_by"], c["show_dropped"]]
+    load_in = [c["pick"], c["upload"], dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"]]
     on(c["pick"].change, h.on_replay_pick, load_in, h.REPLAY, out)
     on(c["upload"].upload, h.on_replay_load, load_in, h.REPLAY, out)
-    redraw = [rview, dash["cycle"], c["colour_by"], c["show_dropped"]]
+    redraw = [rview, dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"]]
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
         on(event, h.on_replay_view, redraw, DASH, dash, trigger_mode="always_last", show_progress="hidden")
+    wire_sections(sections, redraw, out, lambda view: view)
     c["export"].click(h.on_export_replay, [rview], [c["files"]])
     return c, out
