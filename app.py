@@ -28,6 +28,11 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true",
                     help="re-measure this machine's verification costs t(N) once the model is loaded (the "
                          "hardware-aware budget's starting table; it also corrects itself while it runs)")
+    ap.add_argument("--compile", dest="compile", action="store_const", const="auto", default="auto",
+                    help="the compiled forward (CPU float32; default): packages missing on this machine are built "
+                         "once by a low-priority background process while the eager forward serves")
+    ap.add_argument("--no-compile", dest="compile", action="store_const", const="no",
+                    help="the eager forward only")
     ap.add_argument("--record-traces", action="store_true", help="re-record assets/traces/*.json and exit")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="with --record-traces")
     ap.add_argument("--threads", type=int, default=int(env("EAGLE2_THREADS", 0)) or None,
@@ -57,7 +62,7 @@ def main(argv=None) -> int:
         return 0
     from ui.model import MODEL
     from ui.page import launch
-    MODEL.start(a.target, a.head, a.device, a.dtype, recalibrate=a.recalibrate)
+    MODEL.start(a.target, a.head, a.device, a.dtype, recalibrate=a.recalibrate, compile=a.compile)
     try:
         demo = launch(a.host, a.port, a.concurrency, block=False)
     except OSError as e:
@@ -83,7 +88,7 @@ def announce(model, url: str, poll: float = 0.5) -> None:
     if model.warning:
         print(f"warning: {model.warning}", file=sys.stderr, flush=True)
     if model.ready:
-        print(f"ready at {url} (model loaded in {model.elapsed or 0:.1f} s)", flush=True)
+        print(f"ready at {url} (model loaded in {model.elapsed or 0:.1f} s; {model.forward_line()})", flush=True)
     else:
         print(f"error: the model could not be loaded: {str(model.error).rstrip('.')}; the page at {url} "
               f"still serves Replay, but cannot decode.", file=sys.stderr, flush=True)

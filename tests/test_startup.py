@@ -117,7 +117,8 @@ def test_app_says_when_the_model_is_ready(tmp_path, tiny_target):
     try:
         out = app.wait_for("ready at", 0)
         line = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
-        assert line.startswith(f"ready at {app.url} (model loaded in ") and line.endswith(" s)"), line
+        assert line.startswith(f"ready at {app.url} (model loaded in ") and line.endswith(")"), line
+        assert " s; " in line and "forward" in line, line  # and which forward runs (eager / compiled)
         assert f"serving {app.url}" in out.splitlines()[0]
         assert app.serves()
         assert "error" not in app.text()[1].lower()

@@ -23,13 +23,19 @@ class ModelHolder:
         self._thread: threading.Thread | None = None
         self.options: dict = {}
         self.recalibrate = False     # re-measure t(N) once loaded (app.py --recalibrate)
+        self.compile = "auto"        # the compiled forward: built in the background unless "no"
+        self.compile_note: str | None = None
 
-    def start(self, target=None, head=None, device="cpu", dtype=None, recalibrate: bool = False) -> None:
-        """Load in the background; `recalibrate` re-measures this machine's t(N) once loaded."""
+    def start(self, target=None, head=None, device="cpu", dtype=None, recalibrate: bool = False,
+              compile: str = "auto") -> None:
+        """Load in the background; `recalibrate` re-measures this machine's t(N) once loaded;
+        `compile` "no" keeps the eager forward, else missing compiled packages are built by a
+        low-priority background process while the eager forward serves."""
         if self._thread is not None or self.bundle is not None:
             return
         self.options = dict(target=target, head=head, device=device, dtype=dtype)
         self.recalibrate = recalibrate
+        self.compile = compile
         self.t0 = time.time()
         self.stage = "starting"
         self._thread = threading.Thread(target=self._load, name="eagle2-model-loader", daemon=True)
@@ -50,6 +56,8 @@ class ModelHolder:
                                 f"{default_policy('cpu')} is the policy that pays on a CPU.")
                 opts["device"], opts["dtype"] = "cpu", None
                 b = load_bundle(**opts)
+            self.stage = "looking for the compiled forward"
+            self._attach_compiled(b, opts)
             self.stage = "warming up (token table)"
             b.token_texts([0])
             if self.recalibrate:
@@ -61,6 +69,24 @@ class ModelHolder:
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
             self.stage = "failed"
             self._done.set()
+
+    def _attach_compiled(self, b, opts: dict) -> None:
+        import torch
+        from eagle2.model.compiled import attach
+        argv = ["--device", "cpu", "--threads", str(torch.get_num_threads())]
+        if opts.get("target"):
+            argv += ["--target", str(opts["target"])]
+        try:
+            attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
+        except Exception as e:  # an optimisation only: the eager forward serves without it
+            self.compile_note = f"eager forward (the compiled one is unavailable: {type(e).__name__}: {e})"
+
+    def forward_line(self) -> str:
+        """Which forward runs now (the compiled packages land one by one while the page serves)."""
+        ct = getattr(getattr(self.bundle, "target", None), "compiled", None)
+        if ct is None:
+            return self.compile_note or ("eager forward" + (" (--no-compile)" if self.compile == "no" else ""))
+        return ct.describe()
 
     def set(self, bundle) -> None:
         """Use an already loaded bundle (tests, the trace recorder)."""
@@ -97,7 +123,7 @@ class ModelHolder:
                 head += " — acceptance is near zero until a trained head is installed"
             warn = f'<span class="warnbadge">⚠ {self.warning}</span> ' if self.warning else ""
             return (f'{warn}<span class="okdot">●</span> <b>{b.name.split(" (")[0]}</b> on <b>{dev}</b> · '
-                    f"draft head: {head} · ready in {self.elapsed or 0:.1f} s")
+                    f"draft head: {head} · ready in {self.elapsed or 0:.1f} s · {self.forward_line()}")
         if self.error:
             return f'<span class="errbadge">✖ model failed to load: {self.error}</span> — Replay still works.'
         el = time.time() - self.t0 if self.t0 else 0.0

@@ -34,14 +34,20 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1):
+def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled: bool = False):
     """`python app.py` on a free localhost port, its output in `log_path`; yields the page's URL
-    once it answers, and stops the server (its whole process group) on exit."""
+    once it answers, and stops the server (its whole process group) on exit. `compiled`: build
+    the compiled forward first (`python -m eagle2 compile`, minutes once per machine) and serve
+    with it; otherwise --no-compile (tests: no background compile competing for the CPU)."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)],
+        if compiled:
+            subprocess.run([sys.executable, "-m", "eagle2", "compile", "--threads", str(threads)], cwd=ROOT, env=env,
+                           stdout=log, stderr=subprocess.STDOUT, check=True)
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port),
+                                 "--compile" if compiled else "--no-compile"],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         url = f"http://127.0.0.1:{port}/"
         try:
@@ -129,7 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--full-page", action="store_true", help="the whole page, not only the viewport")
     ap.add_argument("--log", type=Path, default=ROOT / "test-artifacts" / "screenshot-server.log")
     a = ap.parse_args(argv)
-    with serve_app(a.log) as url, chromium() as browser:
+    with serve_app(a.log, compiled=True) as url, chromium() as browser:
         ctx, page = open_page(browser, url, a.width, a.height)
         try:
             wait_model_ready(page)

@@ -170,9 +170,9 @@ class Decoder:
         t0 = self._now()
         L = self.cache.length
         dev = self.b.device
-        feats = self.b.target.forward_cached(self.cache, torch.tensor([self.root], device=dev),
-                                             torch.tensor([L], device=dev))
-        nxt = choose(self.b.target.logits(feats[0]), self.sampling, self.gen)
+        _, logits = self.b.target.forward_logits(self.cache, torch.tensor([self.root], device=dev),
+                                                 torch.tensor([L], device=dev))
+        nxt = choose(logits[0], self.sampling, self.gen)
         t1 = self._now()
         self.cache.advance(1)
         self.target_forwards += 1
@@ -193,8 +193,7 @@ class Decoder:
         if need > self.cache.max_len:
             self._grow(need + 64)
         vb = layout(tree, self.cache.length, self.b.device)
-        feats = self.b.target.forward_cached(self.cache, vb.tokens, vb.positions, vb.mask)
-        logits = self.b.target.logits(feats)
+        feats, logits = self.b.target.forward_logits(self.cache, vb.tokens, vb.positions, vb.mask)
         path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
         t2 = self._now()
         draft_s = t1 - t0 + (self._absorb_s if absorbed else 0.0)

@@ -262,6 +262,7 @@ class LlamaModel(nn.Module):
         if a.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self._cos = self._sin = None
+        self.compiled = None  # a compiled.CompiledTarget, when one is attached: forward_logits uses it
 
     def rope(self, n: int):
         """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
@@ -290,6 +291,18 @@ class LlamaModel(nn.Module):
             raise RuntimeError("KV cache full")
         mask = attention_mask(start, tree_mask, T, tokens.device)
         return self.forward_batch(cache, tokens.view(1, T), positions, mask)[0]
+
+    @torch.no_grad()
+    def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                       tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward_cached, then the logits of every row: (features [T, dim], logits [T, vocab]).
+        Through the compiled packages when attached and one fits T (compiled.py), else eager."""
+        if self.compiled is not None:
+            out = self.compiled.run(cache, tokens, positions, tree_mask)
+            if out is not None:
+                return out
+        feats = self.forward_cached(cache, tokens, positions, tree_mask)
+        return feats, self.logits(feats)
 
     @torch.no_grad()
     def forward_batch(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,

@@ -46,7 +46,7 @@ def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID
         for r in range(repeats + 1):
             sync(dev)
             t0 = time.perf_counter()
-            tgt.logits(tgt.forward_cached(cache, toks, pos, mask))
+            tgt.forward_logits(cache, toks, pos, mask)
             sync(dev)
             if r:  # the first run warms up
                 times.append(time.perf_counter() - t0)
@@ -72,8 +72,10 @@ def plausible(t: dict[int, float]) -> bool:
 
 def _cache_key(bundle) -> str:
     packed = "|packed" if bundle.packed else ""
+    comp = bundle.target.compiled
+    compiled = f"|compiled {','.join(map(str, sorted(comp.runners)))}" if comp is not None and comp.runners else ""
     return (f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|torch {torch.__version__}|"
-            f"{torch.get_num_threads()}t{packed}")
+            f"{torch.get_num_threads()}t{packed}{compiled}")
 
 
 def _read_cache() -> dict:

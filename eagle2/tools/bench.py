@@ -10,10 +10,12 @@ prompt-lookup decoding).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import itertools
 import json
 import platform
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -27,8 +29,8 @@ from ..model.chat import chat_ids
 from ..model.loading import load_bundle
 from ..model.timing import sync, verify_profile
 from ..policies.registry import DEFAULT, cli_kwargs
-from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
-                    recalibrate, sampling_from)
+from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
+                    apply_compile, apply_threads, recalibrate, sampling_from)
 from .selfdistill import read_prompts
 
 BASELINES = ("hf", "hf-pld")  # transformers' generate and its prompt lookup, not tree policies
@@ -54,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", required=True, help="MT-bench format jsonl (question_id, category, turns)")
     ap.add_argument("--policies", default="plain,static,eagle2",
                     help="comma list: plain, any registered tree policy (eagle2, eagle2-auto, eagle2-auto-n, "
-                         "static, ddd, dyspec, lantern, ...), hf, hf-pld")
+                         "static, ddd, dyspec, lantern, ...), hf, hf-pld; a name ending in @eager runs on the "
+                         "eager forward while the others use the compiled one (e.g. plain@eager)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
     ap.add_argument("--repeats", type=int, default=1)
@@ -68,9 +71,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(ap)
     add_policy_args(ap)
     add_model_args(ap)
+    add_compile_args(ap)
     add_cost_args(ap)
     add_sampling_args(ap)
     return ap
+
+
+EAGER = "@eager"
+
+
+@contextlib.contextmanager
+def forward_path(bundle, name: str):
+    """Run a variant named '...@eager' on the eager forward (the compiled one detached meanwhile),
+    so eager and compiled decoding are measured side by side in one run."""
+    saved = bundle.target.compiled
+    if name.endswith(EAGER):
+        bundle.target.compiled = None
+    try:
+        yield
+    finally:
+        bundle.target.compiled = saved
 
 
 class HFBaseline:
@@ -179,18 +199,22 @@ def main(argv=None) -> int:
     if "plain" not in names:
         names = ["plain"] + names  # speedups are relative to plain, measured in the same run
     tree_kw = {"total_tokens": a.total_tokens, "depth": a.depth, "top_k": a.top_k}
-    own = {n: cli_kwargs(n, a, strict=False) for n in names if n not in ("plain", *BASELINES)}  # before loading
+    own = {n.removesuffix(EAGER): cli_kwargs(n.removesuffix(EAGER), a, strict=False)
+           for n in names if n.removesuffix(EAGER) not in ("plain", *BASELINES)}  # before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
+    forward = apply_compile(a, bundle)
+    print(f"forward: {forward}", file=sys.stderr)
     recalibrate(a, bundle)
     variants = build_variants(a, bundle, names, sp, tree_kw, own)
     warm = {"question_id": -1, "category": "warmup", "turns": ["Say hello."]}
     for n, r in variants:  # one short run of everything first (allocators, caches, lazy tables)
-        run_one(bundle, r, warm, sp, 8)
+        with forward_path(bundle, n):
+            run_one(bundle, r, warm, sp, 8)
     rows = measure(bundle, variants, prompts, sp, a.max_new_tokens, a.repeats)
     summary = summarise(rows, [n for n, _ in variants], sp.greedy)
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if bundle.device.type == "cuda" else f" ({machine()})"),
                     "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
-                    "packed_weights": bundle.packed, "threads": torch.get_num_threads(),
+                    "packed_weights": bundle.packed, "threads": torch.get_num_threads(), "forward": forward,
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python -m eagle2 bench " + " ".join(argv or [])})
@@ -206,15 +230,17 @@ def main(argv=None) -> int:
 def build_variants(a, bundle, names, sp, tree_kw, own) -> list[tuple[str, object]]:
     """(row name, runner) pairs: an HF baseline, or a factory of fresh decoders (validated now)."""
     variants: list[tuple[str, object]] = []
-    for n in names:
+    for row in names:
+        n = row.removesuffix(EAGER)
         if n in BASELINES:
             from ..model.weights import resolve_target
             check(sp.greedy, "The hf baselines are greedy only: use --temperature 0.")
-            variants.append((n, HFBaseline(bundle, resolve_target(a.target), n == "hf-pld")))
+            variants.append((row, HFBaseline(bundle, resolve_target(a.target), n == "hf-pld")))
         else:
             kw = own.get(n, {})
-            make_decoder(bundle, n, sp, 4, tree_kw, kw)  # validates parameters early
-            variants.append((n, lambda n=n, kw=kw: make_decoder(bundle, n, sp, a.max_new_tokens, tree_kw, kw)))
+            with forward_path(bundle, row):
+                make_decoder(bundle, n, sp, 4, tree_kw, kw)  # validates parameters early
+            variants.append((row, lambda n=n, kw=kw: make_decoder(bundle, n, sp, a.max_new_tokens, tree_kw, kw)))
     if a.sweep:
         for N, d, k in itertools.product(*(map(int, s.split(",")) for s in
                                            (a.sweep_total_tokens, a.sweep_depth, a.sweep_top_k))):
@@ -233,7 +259,8 @@ def measure(bundle, variants, prompts, sp, max_new: int, repeats: int) -> list[d
         for qi, q in enumerate(prompts):
             order = variants[qi % len(variants):] + variants[: qi % len(variants)]  # rotate start
             for n, r in order:
-                res = run_one(bundle, r, q, sp, max_new)
+                with forward_path(bundle, n):
+                    res = run_one(bundle, r, q, sp, max_new)
                 rows.append({"question_id": q["question_id"], "category": q["category"], "policy": n,
                              "repeat": rep, **{k: res[k] for k in ("new_tokens", "target_forwards", "wall_s")},
                              "tau": res["new_tokens"] / max(res["target_forwards"], 1),
@@ -262,8 +289,11 @@ def write_results(out: Path, summary: dict, rows: list[dict]) -> None:
 def summarise(rows, names, greedy) -> dict:
     by_pol = {n: aggregate([r for r in rows if r["policy"] == n]) for n in names}
     base = by_pol["plain"]["tokens_per_s"]
+    eager = by_pol.get("plain" + EAGER, {}).get("tokens_per_s")
     for n, s in by_pol.items():
         s["speedup"] = s["tokens_per_s"] / base if base else 0.0
+        if eager:  # against the eager plain decoder, measured in the same run
+            s["speedup_vs_plain_eager"] = s["tokens_per_s"] / eager
     if greedy:  # losslessness, checked on every benchmark run
         plain_ids = {(r["question_id"], r["repeat"]): r["token_ids"] for r in rows if r["policy"] == "plain"}
         for n, s in by_pol.items():
@@ -297,6 +327,8 @@ def print_table(summary) -> None:
                       f"max TV {s['max_tv']:.3f}")
         if "draft_share" in s:
             ident += f"  draft {s['draft_share']:.0%} of the time"
+        if "speedup_vs_plain_eager" in s:
+            ident += f"  {s['speedup_vs_plain_eager']:.2f}x plain@eager"
         if "auto_mean_n" in s:
             ident += f"  auto: mean N {s['auto_mean_n']:.1f}, mean levels {s['auto_mean_levels']:.1f}"
         print(f"{n:34s} {s['tau']:6.2f} {s['tokens_per_s']:8.2f} {s['speedup']:7.2f}x {s['new_tokens']:7d} "

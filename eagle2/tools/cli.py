@@ -1,4 +1,4 @@
-"""`python -m eagle2 generate|fetch|bench|train|profile ...`: the command-line entry points.
+"""`python -m eagle2 generate|fetch|bench|train|profile|compile ...`: the command-line entry points.
 
 A UserError (bad input, missing weights) prints one clear line on stderr and exits 2, never a
 traceback.
@@ -13,10 +13,10 @@ import sys
 from ..errors import UserError
 from ..model.weights import DEFAULT_PRESET
 from ..policies.registry import default_policy
-from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
-                    recalibrate, sampling_from)
+from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
+                    apply_compile, apply_threads, recalibrate, sampling_from)
 
-TOOLS = ("bench", "train", "profile")  # sub-commands with parsers of their own
+TOOLS = ("bench", "train", "profile", "compile")  # sub-commands with parsers of their own
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(g)
     add_policy_args(g)
     add_model_args(g)
+    add_compile_args(g)
     add_cost_args(g)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model (once)")
@@ -77,6 +78,7 @@ def cmd_generate(a) -> int:
     own = check_generate(a)  # validate everything, then load
     apply_threads(a)
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
+    print(f"forward: {apply_compile(a, bundle)}", file=sys.stderr)
     recalibrate(a, bundle)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
                   total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)

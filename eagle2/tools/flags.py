@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..model.weights import DEFAULT_PRESET
 
@@ -33,6 +34,20 @@ def recalibrate(a, bundle) -> None:
     if getattr(a, "recalibrate", False):
         from ..model.timing import verify_profile
         verify_profile(bundle, refresh=True)
+
+
+def add_compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compile", dest="compile", nargs="?", const="yes", default="auto", choices=("auto", "yes", "no"),
+                   help="the target's compiled forward (CPU float32): --compile builds any missing package first "
+                        "(minutes, once per machine); default: use the packages already built")
+    p.add_argument("--no-compile", dest="compile", action="store_const", const="no",
+                   help="the eager forward only (the reference path)")
+
+
+def apply_compile(a, bundle) -> str:
+    """Attach the compiled forward as the flags say; returns the line that says which path runs."""
+    from ..model.compiled import attach
+    return attach(bundle, getattr(a, "compile", "auto"), log=lambda s: print(s, file=sys.stderr, flush=True))
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,9 @@
 """`python -m eagle2 profile`: how close the engine runs to this machine's floor.
 
-Measures memory bandwidth (a large tensor copy), the one-token target forward against its floor
-(weight bytes / bandwidth), verification cost t(N) relative to one token, and one draft-head call.
+Measures memory bandwidth (a large tensor copy, and a read-only sum: the rate a forward can
+stream its weights), the one-token target forward against its floor (weight bytes / read
+bandwidth), verification cost t(N) relative to one token, one draft-head call, and with the
+compiled forward attached, t(N) eager vs compiled, interleaved.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import torch
 from ..model.llama import Linear
 from ..model.loading import load_bundle
 from ..model.timing import measure_verify_times, sync
-from .flags import add_model_args, apply_threads
+from .flags import add_compile_args, add_model_args, apply_compile, apply_threads
 
 
 def bandwidth_gbs(dev, mb: int = 1024, repeats: int = 5) -> float:
@@ -32,6 +34,58 @@ def bandwidth_gbs(dev, mb: int = 1024, repeats: int = 5) -> float:
         sync(dev)
         best = min(best, time.perf_counter() - t0)
     return 2 * a.numel() * 4 / best / 1e9
+
+
+def read_bandwidth_gbs(dev, mb: int = 512, repeats: int = 7) -> float:
+    """Streaming read bandwidth: bytes summed per second, best of repeats (a forward at batch 1
+    reads each weight once and computes little on it, so this is its floor's rate)."""
+    a = torch.ones(mb * (1 << 20) // 4, device=dev)
+    best = float("inf")
+    for _ in range(repeats):
+        sync(dev)
+        t0 = time.perf_counter()
+        a.sum()
+        sync(dev)
+        best = min(best, time.perf_counter() - t0)
+    return a.numel() * 4 / best / 1e9
+
+
+@torch.no_grad()
+def eager_vs_compiled(bundle, grid=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), context: int = 256,
+                      repeats: int = 7) -> dict:
+    """Target forward + logits of N tree tokens on the eager and the compiled path, interleaved
+    repeat by repeat in one process: median seconds (sizes between buckets run padded)."""
+    tgt, dev = bundle.target, bundle.device
+    comp = tgt.compiled
+    out = {}
+    try:
+        for n in grid:
+            times = {"eager": [], "compiled": []}
+            caches = {}
+            for kind in times:
+                tgt.compiled = comp if kind == "compiled" else None
+                c = caches[kind] = tgt.new_cache(context + n + 1)
+                tgt.forward_cached(c, torch.arange(context, device=dev) % tgt.args.vocab_size,
+                                   torch.arange(context, device=dev))
+                c.advance(context)
+            toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
+            pos = torch.arange(context, context + n, device=dev)
+            mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+            for r in range(repeats + 1):
+                for kind in times:
+                    tgt.compiled = comp if kind == "compiled" else None
+                    sync(dev)
+                    t0 = time.perf_counter()
+                    tgt.forward_logits(caches[kind], toks, pos, mask)
+                    sync(dev)
+                    if r:
+                        times[kind].append(time.perf_counter() - t0)
+            med = {k: float(np.median(v)) for k, v in times.items()}
+            b = comp.bucket(n) if comp is not None else None
+            out[n] = {**med, "eager_over_compiled": med["eager"] / med["compiled"], "bucket": b}
+    finally:
+        tgt.compiled = comp
+    return out
 
 
 @torch.no_grad()
@@ -99,17 +153,22 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-pack", action="store_true",
                     help="also time forwards with and without the prepacked weights, interleaved")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    add_compile_args(ap)
     a = ap.parse_args(argv)
     apply_threads(a)
     b = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
+    forward = apply_compile(a, b)
     weight_bytes = sum(p.numel() * p.element_size() for p in b.target.parameters())
     bw = bandwidth_gbs(b.device)
+    read_bw = read_bandwidth_gbs(b.device)
     t = measure_verify_times(b, grid=(1, 2, 4, 8, 16, 32, 64))
-    floor = weight_bytes / (bw / 2 * 1e9)  # a forward reads every weight once: read bandwidth = copy/2
+    floor = weight_bytes / (read_bw * 1e9)  # a forward streams every weight once
     res = {
         "device": str(b.device), "threads": torch.get_num_threads(), "dtype": str(b.dtype),
         "packed_weights": b.packed,
-        "weight_bytes": weight_bytes, "copy_bandwidth_gbs": bw, "read_floor_one_token_s": floor,
+        "forward": forward, "command": "python -m eagle2 profile " + " ".join(argv or []),
+        "weight_bytes": weight_bytes, "copy_bandwidth_gbs": bw, "read_bandwidth_gbs": read_bw,
+        "read_floor_one_token_s": floor,
         "one_token_forward_s": t[1], "forward_over_floor": t[1] / floor,
         "verify_s": t, "verify_over_one_token": {n: v / t[1] for n, v in t.items()},
         "draft_call_k10_s": draft_call_s(b),
@@ -120,6 +179,8 @@ def main(argv=None) -> int:
             print("note: no prepacked weights here (not CPU fp32, or --no-pack): nothing to compare")
         else:
             res["packed_vs_plain_s"] = packed_vs_plain(b)
+    if b.target.compiled is not None and b.target.compiled.runners:
+        res["eager_vs_compiled_s"] = eager_vs_compiled(b)
     print(json.dumps(res, indent=2))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

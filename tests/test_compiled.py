@@ -1,0 +1,181 @@
+"""The compiled forward (eagle2/model/compiled.py) against the eager reference.
+
+(a) The custom attention op equals SDPA over the cache and the new keys under a tree mask.
+(b) The exported function, run eagerly, equals the eager forward (logits and the K/V it returns).
+(c) AOTInductor packages built for a tiny Llama: logits equal the eager path's for every tree
+    size (padded buckets included), and greedy decoding through the compiled path (plain, static,
+    EAGLE-2) emits exactly the eager plain decoder's tokens.
+(d) The fallbacks: no package, a corrupt package, --no-compile.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import pytest
+
+from eagle2.cycle.decoder import Decoder
+from eagle2.model.compiled import CompiledTarget, TreeForward, attach, prefix_tree_attention
+from eagle2.model.loading import load_bundle
+
+ATOL = 2e-4  # logits of O(1-10); the same bar test_model uses against transformers
+
+
+def random_tree_mask(T: int, g: torch.Generator) -> torch.Tensor:
+    parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, T)]
+    m = torch.eye(T, dtype=torch.bool)
+    for i in range(T):
+        j = parent[i]
+        while j >= 0:
+            m[i, j] = True
+            j = parent[j]
+    return m
+
+
+@pytest.mark.parametrize("start,T", [(0, 1), (0, 5), (7, 1), (7, 6), (33, 16)])
+def test_attention_op_equals_sdpa(start, T):
+    g = torch.Generator().manual_seed(start * 100 + T)
+    H, kv, d, C = 6, 2, 16, 64
+    q = torch.randn(1, H, T, d, generator=g)
+    k, v = torch.randn(1, kv, T, d, generator=g), torch.randn(1, kv, T, d, generator=g)
+    kc, vc = torch.randn(1, kv, C, d, generator=g), torch.randn(1, kv, C, d, generator=g)
+    tm = random_tree_mask(T, g)
+    ours = prefix_tree_attention(q, k, v, kc, vc, torch.tensor(start), tm)
+    K = torch.cat([kc[:, :, :start], k], 2)
+    V = torch.cat([vc[:, :, :start], v], 2)
+    mask = torch.ones(T, start + T, dtype=torch.bool)
+    mask[:, start:] = tm
+    ref = F.scaled_dot_product_attention(q, K, V, attn_mask=mask, enable_gqa=True)
+    assert (ours - ref).abs().max().item() < 1e-5
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_target):
+    folder, _ = tiny_target("llama")
+    return load_bundle(str(folder), "random")
+
+
+def prefilled(bundle, n_prompt: int = 9):
+    m = bundle.target
+    cache = m.new_cache(64)
+    ids = torch.arange(1, n_prompt + 1)
+    m.forward_cached(cache, ids, torch.arange(n_prompt))
+    cache.advance(n_prompt)
+    return cache
+
+
+def test_tree_function_equals_eager_forward(tiny):
+    m = tiny.target
+    g = torch.Generator().manual_seed(1)
+    for T in (1, 3, 8):
+        cache = prefilled(tiny)
+        toks = torch.randint(0, m.args.vocab_size, (T,), generator=g)
+        pos = torch.arange(cache.length, cache.length + T)
+        tm = random_tree_mask(T, g)
+        feats, logits, new_k, new_v = TreeForward(m)(toks, m._cos[pos], m._sin[pos], cache.k, cache.v,
+                                                     torch.tensor(cache.length), tm)
+        ref = m.forward_cached(cache, toks, pos, tm)
+        L = cache.length
+        assert (logits - m.logits(ref)).abs().max().item() < ATOL
+        assert (new_k - cache.k[:, :, :, L:L + T]).abs().max().item() < 1e-5
+        assert (new_v - cache.v[:, :, :, L:L + T]).abs().max().item() < 1e-5
+
+
+@pytest.fixture(scope="module")
+def compiled_tiny(tiny, tmp_path_factory):
+    """Packages for tree sizes 1 and 4 (3 and 2 run padded to 4; 5+ run eagerly)."""
+    ct = CompiledTarget(tiny.target, buckets=(1, 4), folder=tmp_path_factory.mktemp("aoti"))
+    ct.build()
+    assert sorted(ct.runners) == [1, 4]
+    yield ct
+    tiny.target.compiled = None
+
+
+def test_compiled_logits_equal_eager(tiny, compiled_tiny):
+    m = tiny.target
+    g = torch.Generator().manual_seed(2)
+    for T in (1, 2, 3, 4, 6):
+        toks = torch.randint(0, m.args.vocab_size, (T,), generator=g)
+        tm = random_tree_mask(T, g)
+        c1, c2 = prefilled(tiny), prefilled(tiny)
+        pos = torch.arange(c1.length, c1.length + T)
+        out = compiled_tiny.run(c1, toks, pos, tm)
+        if T > 4:
+            assert out is None  # above the largest bucket: the caller runs the eager path
+            continue
+        feats, logits = out
+        ref = m.forward_cached(c2, toks, pos, tm)
+        assert logits.shape == (T, m.args.vocab_size)
+        assert (logits - m.logits(ref)).abs().max().item() < ATOL
+        assert (feats - ref).abs().max().item() < ATOL
+        L = c1.length
+        assert torch.allclose(c1.k[:, :, :, L:L + T], c2.k[:, :, :, L:L + T], atol=1e-5)  # K/V written
+
+
+def decode(bundle, policy, prompt, **kw):
+    d = Decoder(bundle, policy, max_new_tokens=40, record=False, **kw)
+    d.start(input_ids=prompt)
+    d.generate()
+    return d.generated
+
+
+@pytest.mark.parametrize("policy,kw", [("plain", {}), ("static", {}),
+                                       ("eagle2", dict(total_tokens=4, depth=3, top_k=2)),
+                                       ("eagle2", dict(total_tokens=12, depth=4, top_k=3))],
+                         ids=["plain", "static", "eagle2-4", "eagle2-12"])
+def test_greedy_identity_on_compiled_path(tiny, compiled_tiny, policy, kw):
+    prompts = [[5, 17, 33, 2, 9], [40, 41, 42], list(range(3, 20))]
+    tiny.target.compiled = None
+    refs = [decode(tiny, "plain", p) for p in prompts]
+    tiny.target.compiled = compiled_tiny
+    try:
+        for p, ref in zip(prompts, refs):
+            assert decode(tiny, policy, p, **kw) == ref
+    finally:
+        tiny.target.compiled = None
+
+
+def test_fallbacks(tiny, tmp_path):
+    ct = CompiledTarget(tiny.target, buckets=(1,), folder=tmp_path)
+    assert ct.runners == {} and ct.run(prefilled(tiny), torch.tensor([3]), torch.tensor([9]), None) is None
+    assert ct.describe().startswith("eager forward")
+    (tmp_path / "T1.pt2").write_bytes(b"not a package")
+    ct.poll(force=True)
+    assert ct.runners == {} and "unusable" in ct.describe() and not (tmp_path / "T1.pt2").exists()
+    assert attach(tiny, "no").startswith("eager forward") and tiny.target.compiled is None
+
+
+# ------------------------------------------------------------------ the real default model
+
+@pytest.fixture(scope="module")
+def compiled_real(real_bundle, tmp_path_factory):
+    """The default model compiled for tree size 4 (1-3 run padded to 4, larger trees eagerly):
+    a minute or two of compiling on CI's 2 cores, once per test session."""
+    ct = CompiledTarget(real_bundle.target, buckets=(4,), folder=tmp_path_factory.mktemp("aoti-real"))
+    ct.build()
+    yield ct
+    real_bundle.target.compiled = None
+
+
+def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real):
+    """Plain, static and EAGLE-2 decoding through the compiled forward emit exactly the eager
+    plain decoder's tokens on the lossless suite's prompts."""
+    from test_lossless import EAGLE2_COMPACT, PROMPTS
+    prompts = PROMPTS[:3]
+
+    def run(policy, p, **kw):
+        d = Decoder(real_bundle, policy, max_new_tokens=48, record=False, **kw)
+        d.start(p["prompt"], raw=p.get("raw", False))
+        d.generate()
+        return d.generated
+
+    real_bundle.target.compiled = None
+    refs = [run("plain", p) for p in prompts]
+    real_bundle.target.compiled = compiled_real
+    try:
+        for p, ref in zip(prompts, refs):
+            assert run("plain", p) == ref
+            assert run("eagle2", p, total_tokens=4, depth=3, top_k=2) == ref
+            assert run("eagle2", p, **EAGLE2_COMPACT) == ref  # verification on the eager path, drafting alike
+            assert run("eagle2-auto", p) == ref
+    finally:
+        real_bundle.target.compiled = None
