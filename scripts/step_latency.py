@@ -140,6 +140,9 @@ def browser_steps(n: int, log: Path) -> list[dict]:
     return out
 
 
+FORWARD: list[str] = []  # which forward the in-process measurement ran
+
+
 def handler_steps(n: int, threads: int) -> list[dict]:
     import plotly.utils
     import torch
@@ -148,6 +151,8 @@ def handler_steps(n: int, threads: int) -> list[dict]:
     from ui.dashboard import OPEN, render
     from ui.session import Session, defaults
     bundle = load_bundle()
+    from eagle2.model.compiled import attach
+    FORWARD.append(attach(bundle, "yes"))  # as the page serves: the compiled forward (built first if missing)
     sess = Session()
     out = []
     for i in range(n):
@@ -243,6 +248,7 @@ def main(argv=None) -> int:
     summary = summarise(rows, clicks, a.steps, argv)
     p = summary["in_process_median_s"]
     summary["transport_s"] = summary["browser_median_s"]["answer_s"] - p["decode_s"] - p["render_s"] - p["serialise_s"]
+    summary["forward_in_process"] = FORWARD[0] if FORWARD else None
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(report(summary))
     return 0
