@@ -179,3 +179,33 @@ def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real)
             assert run("eagle2-auto", p) == ref
     finally:
         real_bundle.target.compiled = None
+
+
+# ------------------------------------------------------------------ the CLIs around it
+
+def test_bench_eager_rows_detach_the_compiled_forward(tiny, compiled_tiny):
+    from eagle2.tools.bench import forward_path, summarise
+    tiny.target.compiled = compiled_tiny
+    try:
+        with forward_path(tiny, "plain@eager"):
+            assert tiny.target.compiled is None
+        assert tiny.target.compiled is compiled_tiny
+        with forward_path(tiny, "eagle2-auto"):
+            assert tiny.target.compiled is compiled_tiny
+    finally:
+        tiny.target.compiled = None
+    row = dict(question_id=1, category="c", repeat=0, new_tokens=10, target_forwards=10, token_ids=[1] * 10)
+    rows = [dict(row, policy="plain", wall_s=1.0), dict(row, policy="plain@eager", wall_s=2.0),
+            dict(row, policy="eagle2", wall_s=0.5, target_forwards=5)]
+    s = summarise(rows, ["plain", "plain@eager", "eagle2"], greedy=True)["policies"]
+    assert s["eagle2"]["speedup"] == 2.0 and s["eagle2"]["speedup_vs_plain_eager"] == 4.0
+    assert s["plain@eager"]["identical_to_plain"] == 1.0
+
+
+@pytest.mark.parametrize("args,msg", [(["--buckets", "0,4"], "--buckets"), (["--buckets", "x"], "--buckets"),
+                                      (["--device", "cuda"], "CPU")])
+def test_compile_cli_rejects_bad_input(args, msg, capsys):
+    from eagle2.tools.cli import main as cli_main
+    assert cli_main(["compile", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and msg in err and "Traceback" not in err
