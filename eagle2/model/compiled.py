@@ -161,28 +161,49 @@ class CompiledTarget:
         self.error: str | None = None
         self._last_poll = 0.0
         self._lock = threading.Lock()
-        self.poll(force=True)
+        self._loader: threading.Thread | None = None
 
     def path(self, T: int) -> Path:
         return self.folder / f"T{T}.pt2"
 
     # ------------------------------------------------------------------ availability
     def poll(self, force: bool = False) -> None:
-        """Load packages that have appeared on disk (checked at most every 2 s)."""
+        """Load the packages that are on disk and not loaded yet (checked at most every 2 s;
+        returns at once if another thread is loading)."""
         now = time.monotonic()
         if not force and (now - self._last_poll < 2.0 or len(self.runners) == len(self.buckets)):
             return
-        self._last_poll = now
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._last_poll = now
             for T in self.buckets:
                 if T not in self.runners and self.path(T).exists():
                     try:
-                        self.runners[T] = torch._inductor.aoti_load_package(str(self.path(T)))
+                        runner = torch._inductor.aoti_load_package(str(self.path(T)))
                     except Exception as e:  # a corrupt or foreign package: rebuild it, run eagerly meanwhile
                         self.error = f"package T={T} unusable ({type(e).__name__}); removed"
                         self.path(T).unlink(missing_ok=True)
+                        continue
+                    self.runners[T] = runner  # from here on `run` uses it (one dict store: atomic)
+        finally:
+            self._lock.release()
         if self.worker is not None and self.worker.poll() not in (None, 0) and self.error is None:
             self.error = f"background compile exited with code {self.worker.returncode}"
+
+    def poll_in_background(self) -> None:
+        """`poll` in a thread: loading a package takes seconds, which a decode step must not wait
+        for (the eager path serves until it lands)."""
+        now = time.monotonic()
+        if (now - self._last_poll < 2.0 or len(self.runners) == len(self.buckets)
+                or (self._loader is not None and self._loader.is_alive())):
+            return
+        if not any(T not in self.runners and self.path(T).exists() for T in self.buckets):
+            self._last_poll = now
+            return
+        self._loader = threading.Thread(target=self.poll, kwargs={"force": True}, daemon=True,
+                                        name="eagle2-load-compiled")
+        self._loader.start()
 
     def missing(self) -> list[int]:
         return [T for T in self.buckets if not self.path(T).exists()]
@@ -213,8 +234,11 @@ class CompiledTarget:
 
     def describe(self) -> str:
         """One line for the CLI and the page: which path runs."""
-        self.poll()
+        self.poll_in_background()
         ready = sorted(self.runners)
+        if self._loader is not None and self._loader.is_alive():
+            return (f"eager forward while the compiled one loads ({len(ready)} of {len(self.buckets)} tree sizes "
+                    f"ready)")
         if len(ready) == len(self.buckets):
             return f"compiled forward (AOTInductor, tree sizes {', '.join(map(str, ready))})"
         if self.worker is not None and self.worker.poll() is None:
@@ -232,7 +256,7 @@ class CompiledTarget:
 
     @torch.no_grad()
     def run(self, cache, tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None):
-        self.poll()
+        self.poll_in_background()
         T = tokens.numel()
         B = self.bucket(T)
         if B is None or cache.k.shape[1] != 1:
@@ -258,21 +282,26 @@ class CompiledTarget:
         return feats[:T], logits[:T].float()
 
 
-def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None, log=None) -> str:
+def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None, log=None, wait: bool = True) -> str:
     """Give the bundle's target its compiled forward; returns the line that says which path runs.
     mode "no": eager only. "yes": build the missing packages now (minutes), then use them.
     "auto": use the packages on disk; with `background_argv` (the app), build the missing ones in
-    a low-priority child process and switch to each as it lands."""
+    a low-priority child process and switch to each as it lands. `wait`: load the packages before
+    returning (benchmarks); else they load in a thread while the eager forward serves."""
     t = bundle.target
     t.compiled = None
     if mode == "no":
-        return "eager forward (--no-compile)"
+        return "eager forward"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:
         return f"eager forward (the compiled forward is built for CPU float32, not {bundle.device.type} {bundle.dtype})"
     ct = CompiledTarget(t)
     if mode == "yes":
         ct.build(log)
-    elif background_argv is not None:
+    elif wait:
+        ct.poll(force=True)
+    else:
+        ct.poll_in_background()
+    if background_argv is not None:
         ct.start_background(background_argv)
     t.compiled = ct
     line = ct.describe()

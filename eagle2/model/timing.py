@@ -73,7 +73,10 @@ def plausible(t: dict[int, float]) -> bool:
 def _cache_key(bundle) -> str:
     packed = "|packed" if bundle.packed else ""
     comp = bundle.target.compiled
-    compiled = f"|compiled {','.join(map(str, sorted(comp.runners)))}" if comp is not None and comp.runners else ""
+    # the complete compiled state only: packages landing one by one (a first start's background
+    # compile) must not each start a new table; the live timings correct the estimates meanwhile
+    full = comp is not None and len(comp.runners) == len(comp.buckets)
+    compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
     return (f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|torch {torch.__version__}|"
             f"{torch.get_num_threads()}t{packed}{compiled}")
 

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(g)
     add_policy_args(g)
     add_model_args(g)
-    add_compile_args(g)
+    add_compile_args(g, default="no")
     add_cost_args(g)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model (once)")
@@ -78,7 +78,9 @@ def cmd_generate(a) -> int:
     own = check_generate(a)  # validate everything, then load
     apply_threads(a)
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
-    print(f"forward: {apply_compile(a, bundle)}", file=sys.stderr)
+    forward = apply_compile(a, bundle)
+    if a.compile != "no":  # the default eager forward goes unsaid (stderr stays for errors)
+        print(f"forward: {forward}", file=sys.stderr)
     recalibrate(a, bundle)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
                   total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)
