@@ -208,3 +208,23 @@ def test_closed_sections_are_drawn_when_opened_not_on_every_step(page):
     page.locator("#step-btn").click()
     wait_status(page, "cycle 3 ·")
     assert page.locator("#live-cmp").is_hidden() and plot_traces(page, "live-tree")["draft nodes"] >= 1
+
+
+def test_two_speedups_and_the_gpu_what_if(page):
+    """The metric cards give each speedup twice (wall clock here, target forward passes) with the
+    line on why they differ; the what-if section prices this run's cycles on this machine's
+    measured costs and on a GPU model that says it is not measured."""
+    wait_model_ready(page)
+    step(page, "Explain why the sky is blue to a ten-year-old.", 3)
+    metrics = page.locator("#live-metrics").inner_text()
+    assert metrics.count("wall clock") >= 2 and metrics.count("forward passes") >= 2, metrics
+    assert "Why the two differ" in metrics and "t(N)/t(1)" in metrics, metrics
+    page.locator("#live-whatif-section > .label-wrap").click()
+    page.wait_for_function("() => { const el = document.querySelector('#live-whatif .js-plotly-plot');"
+                           " return el && el.data && el.data.length > 0; }")
+    cats = page.evaluate("() => [].concat(...document.querySelector('#live-whatif .js-plotly-plot').data"
+                         ".map(t => (t.x || []).map(String)))")
+    assert any("this machine" in c for c in cats), cats
+    assert any("GPU model" in c and "not measured" in c for c in cats), cats
+    assert set(plot_traces(page, "live-whatif")) >= {"eagle2-auto", "static"}
+    page.screenshot(path=str(ARTIFACTS / "live-whatif.png"), full_page=True)
