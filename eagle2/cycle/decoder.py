@@ -3,7 +3,8 @@
 State of one sequence (docs/algorithms.md §2):
 - the target's KV cache holds the committed tokens x_0..x_{L-1};
 - `root` is the next token (sampled by the target, not yet run through it);
-- `pending` are (target feature, next token) pairs the draft head has not absorbed yet.
+- `pending` are (target feature, next token) pairs the draft head has not absorbed yet (the
+  feature is what the head reads: the final features, or EAGLE-3's fused layers).
 A speculative cycle: absorb pending -> draft a tree under root -> verify root + tree in one target
 forward -> accept a path -> commit its K/V -> the bonus token is the next root.
 """
@@ -105,11 +106,11 @@ class Decoder:
 
         t0 = self._now()
         tokens = torch.tensor(ids, dtype=torch.long, device=dev)
-        feats = self.b.target.forward_cached(self.cache, tokens, torch.arange(len(ids), device=dev))
+        feats, head_feats = self.b.target.forward_draft(self.cache, tokens, torch.arange(len(ids), device=dev))
         self.cache.advance(len(ids))
         root = choose(self.b.target.logits(feats[-1]), self.sampling, self.gen)
         self.target_forwards = 1
-        self.pending = (feats, ids[1:] + [root])
+        self.pending = (head_feats, ids[1:] + [root])
         self.root_g = None
         self.root = root
         self.started = True
@@ -311,7 +312,7 @@ class _Cycle:
     """What one draft -> verify -> accept produced, before any commit."""
     tree: DraftTree
     vb: VerifyBatch
-    feats: torch.Tensor          # the target's features at every verified node
+    feats: torch.Tensor          # what the draft head reads at every verified node (forward_logits)
     logits: torch.Tensor
     path_pos: list[int]          # accepted verify positions (root excluded)
     path_tokens: list[int]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..model.head import EagleHead
+from ..model.head import DraftHead
 from ..model.llama import KVCache
 from .sampling import SamplingParams
 
 
 class HeadRunner:
-    def __init__(self, head: EagleHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
+    def __init__(self, head: DraftHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
                  sampling: SamplingParams | None = None, gen: torch.Generator | None = None):
         self.head = head
         self.sampling = sampling or SamplingParams()

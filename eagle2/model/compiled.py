@@ -292,6 +292,8 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     t.compiled = None
     if mode == "no":
         return "eager forward"
+    if t.aux_layers:
+        return "eager forward (an EAGLE-3 head reads inner layers' states, which the compiled forward does not return)"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:
         return f"eager forward (the compiled forward is built for CPU float32, not {bundle.device.type} {bundle.dtype})"
     ct = CompiledTarget(t)

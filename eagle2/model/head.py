@@ -3,7 +3,7 @@
 g_i = Block_no_input_norm(fc([e(x_{i+1}); f_i])) predicts the target's feature f_{i+1};
 its logits come from the target's LM head, or from a reduced-vocabulary slice of it whose
 draft index -> target id map (`d2t`, EAGLE-3 convention: target = index + d2t[index]) the
-checkpoint records.
+checkpoint records. `DraftHead` is what decoding needs of any head (the EAGLE-3 one is head3.py).
 """
 from __future__ import annotations
 
@@ -20,14 +20,20 @@ from .llama import (Block, KVCache, Linear, LlamaArgs, PackedWeight, apply_rope,
                     rope_tables)
 
 
-class EagleHead(nn.Module):
-    def __init__(self, args: LlamaArgs, fc_bias: bool = True, draft_vocab: torch.Tensor | None = None):
+class DraftHead(nn.Module):
+    """What the decoder, HeadRunner and the policies use of a draft head, whatever its kind:
+    a KV cache, RoPE tables, log-probabilities over the draft vocabulary and their map back to
+    target ids. A subclass has `embed_tokens` and `fc` (whose weight fixes device and dtype) and
+    defines forward_cached(cache, features, tokens, positions, start, tree_mask) -> g [T, D]: the
+    vectors draft_logprobs reads and that tree nodes feed back as their children's features."""
+
+    # Target layers whose input hidden states the head reads (LlamaModel.aux_layers); empty: the
+    # target's final post-norm features.
+    aux_layers: tuple[int, ...] = ()
+
+    def __init__(self, args: LlamaArgs, draft_vocab: torch.Tensor | None = None):
         super().__init__()
         self.args = args
-        self.fc_bias = fc_bias
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.dim)
-        self.fc = Linear(2 * args.dim, args.dim, bias=fc_bias)
-        self.layers = nn.ModuleList([Block(args, input_norm=False)])
         # Reduced vocabulary: target ids the head may propose (sorted), or None for all.
         self.register_buffer("draft_ids", draft_vocab, persistent=False)
         self.lm_weight: torch.Tensor | None = None  # [V_draft, dim], set by attach()
@@ -61,6 +67,22 @@ class EagleHead(nn.Module):
         self.rope(max_len + 1)
         a = self.args
         return KVCache(1, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device)
+
+    def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""
+        return torch.log_softmax(linear(g, self.lm_weight, None, self.lm_packed).float(), dim=-1)
+
+    def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx if self.draft_ids is None else self.draft_ids[idx]
+
+
+class EagleHead(DraftHead):
+    def __init__(self, args: LlamaArgs, fc_bias: bool = True, draft_vocab: torch.Tensor | None = None):
+        super().__init__(args, draft_vocab)
+        self.fc_bias = fc_bias
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.dim)
+        self.fc = Linear(2 * args.dim, args.dim, bias=fc_bias)
+        self.layers = nn.ModuleList([Block(args, input_norm=False)])
 
     def inputs(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.cat([self.embed_tokens(tokens), features], dim=-1))
@@ -133,13 +155,6 @@ class EagleHead(nn.Module):
             outs.append(prev)
         return outs
 
-    def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""
-        return torch.log_softmax(linear(g, self.lm_weight, None, self.lm_packed).float(), dim=-1)
-
-    def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
-        return idx if self.draft_ids is None else self.draft_ids[idx]
-
 
 # ---------------------------------------------------------------- checkpoints (official layout)
 
@@ -189,9 +204,9 @@ def _read_state(folder: Path) -> dict:
     raise UserError(f"{folder} has no model.safetensors or pytorch_model.bin.")
 
 
-def load_head(folder: Path, target_args: LlamaArgs) -> tuple[EagleHead, torch.Tensor | None]:
-    """Load an EAGLE-1/2 head; returns (head, own LM head weight or None). Clear errors for a
-    missing, corrupt or mismatched checkpoint."""
+def read_checkpoint(folder: Path) -> tuple[dict, dict]:
+    """(config.json as a dict, state dict) of a draft head folder of any kind; UserError for a
+    missing, malformed or unreadable file."""
     folder = Path(folder)
     try:
         cfg = json.loads((folder / "config.json").read_text())
@@ -208,35 +223,59 @@ def load_head(folder: Path, target_args: LlamaArgs) -> tuple[EagleHead, torch.Te
     except Exception as e:
         raise UserError(f"Draft head weights in {folder} are unreadable or corrupt ({type(e).__name__}: "
                         f"{str(e)[:120]}).") from None
+    return cfg, state
+
+
+def head_args(cfg: dict, target_args: LlamaArgs) -> LlamaArgs:
+    """The head's one-layer LlamaArgs from its config.json, checked against the target."""
     try:
         args = LlamaArgs.from_hf({**cfg, "num_hidden_layers": 1, "model_type": cfg.get("model_type", "llama")})
     except KeyError as e:
         raise UserError(f"Draft head config lacks {e}.") from None
-    args.qkv_bias = "layers.0.self_attn.q_proj.bias" in state
     if args.dim != target_args.dim or args.vocab_size != target_args.vocab_size:
         raise UserError(f"Draft head (hidden {args.dim}, vocab {args.vocab_size}) does not fit the target "
                         f"(hidden {target_args.dim}, vocab {target_args.vocab_size}).")
     args.rope_parameters = args.rope_parameters or target_args.rope_parameters
-    draft_ids = None
-    if "d2t" in state:
-        d2t = state.pop("d2t").long()
-        draft_ids = d2t + torch.arange(d2t.numel())
-    state.pop("t2d", None)
-    own_lm = state.pop("lm_head.weight", None)
-    fc_bias = "fc.bias" in state
-    head = EagleHead(args, fc_bias=fc_bias, draft_vocab=draft_ids)
-    if "embed_tokens.weight" not in state:
-        state["embed_tokens.weight"] = torch.empty(0)  # filled from the target by the caller
+    return args
+
+
+def load_weights(head: DraftHead, state: dict, folder: Path, layout: str) -> None:
+    """Load a checkpoint's tensors into `head` (exactly its keys; the embedding may be absent: the
+    caller then gives it the target's) and record `has_embed`; UserError on any disagreement."""
+    emb = state.get("embed_tokens.weight")
+    head.has_embed = emb is not None and emb.numel() > 0
+    if not head.has_embed:
+        state = {k: v for k, v in state.items() if k != "embed_tokens.weight"}
     try:
-        missing, unexpected = head.load_state_dict(
-            {k: v for k, v in state.items() if k != "embed_tokens.weight" or v.numel()}, strict=False)
+        missing, unexpected = head.load_state_dict(state, strict=False)
     except RuntimeError as e:  # tensor shapes disagree with config.json
         first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e)[:200])
         raise UserError(f"Draft head checkpoint in {folder} does not match its config.json (tensor "
                         f"shape mismatch: {first[:240]}).") from None
     missing = [m for m in missing if m != "embed_tokens.weight"]
     if missing or unexpected:
-        raise UserError(f"Draft head checkpoint in {folder} does not have the EAGLE layout "
+        raise UserError(f"Draft head checkpoint in {folder} does not have the {layout} layout "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
-    head.has_embed = state["embed_tokens.weight"].numel() > 0
+
+
+def load_head(folder: Path, target_args: LlamaArgs) -> tuple[EagleHead, torch.Tensor | None]:
+    """Load an EAGLE-1/2 head; returns (head, own LM head weight or None). Clear errors for a
+    missing, corrupt or mismatched checkpoint."""
+    cfg, state = read_checkpoint(folder)
+    return head_from_checkpoint(Path(folder), cfg, state, target_args)
+
+
+def head_from_checkpoint(folder: Path, cfg: dict, state: dict,
+                         target_args: LlamaArgs) -> tuple[EagleHead, torch.Tensor | None]:
+    """load_head on a checkpoint already read (read_checkpoint)."""
+    args = head_args(cfg, target_args)
+    args.qkv_bias = "layers.0.self_attn.q_proj.bias" in state
+    draft_ids = None
+    if "d2t" in state:
+        d2t = state.pop("d2t").long()
+        draft_ids = d2t + torch.arange(d2t.numel())
+    state.pop("t2d", None)
+    own_lm = state.pop("lm_head.weight", None)
+    head = EagleHead(args, fc_bias="fc.bias" in state, draft_vocab=draft_ids)
+    load_weights(head, state, folder, "EAGLE")
     return head, own_lm

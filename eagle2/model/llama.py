@@ -183,12 +183,14 @@ def pack_linears(module: nn.Module) -> None:
 
 
 class Attention(nn.Module):
-    def __init__(self, a: LlamaArgs):
+    def __init__(self, a: LlamaArgs, in_dim: int | None = None):
+        """`in_dim`: width of the input when it is not a.dim (EAGLE-3's layer reads 2 x dim)."""
         super().__init__()
         self.a = a
-        self.q_proj = Linear(a.dim, a.n_heads * a.head_dim, bias=a.qkv_bias)
-        self.k_proj = Linear(a.dim, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
-        self.v_proj = Linear(a.dim, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
+        d = in_dim or a.dim
+        self.q_proj = Linear(d, a.n_heads * a.head_dim, bias=a.qkv_bias)
+        self.k_proj = Linear(d, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
+        self.v_proj = Linear(d, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
         self.o_proj = Linear(a.n_heads * a.head_dim, a.dim, bias=False)
 
     def forward(self, x, cos, sin, layer_cache, start, mask):
@@ -263,6 +265,10 @@ class LlamaModel(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self._cos = self._sin = None
         self.compiled = None  # a compiled.CompiledTarget, when one is attached: forward_logits uses it
+        # What an EAGLE-3 draft head reads (load_bundle sets it from the head): the hidden states
+        # entering these layers (n_layers = the last layer's output, before the final norm),
+        # side by side. Empty: the head reads the final post-norm features.
+        self.aux_layers: tuple[int, ...] = ()
 
     def rope(self, n: int):
         """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
@@ -282,40 +288,61 @@ class LlamaModel(nn.Module):
 
     @torch.no_grad()
     def forward_cached(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                       tree_mask: torch.Tensor | None = None) -> torch.Tensor:
+                       tree_mask: torch.Tensor | None = None, aux: list | None = None) -> torch.Tensor:
         """Run new tokens [T] after the committed cache; K/V are written at slots
         length..length+T-1 and stay uncommitted until cache.commit(). `tree_mask` [T,T]
-        (ancestors + self) or None for causal order. Returns post-norm features [T, dim]."""
+        (ancestors + self) or None for causal order. Returns post-norm features [T, dim]
+        (`aux`: see forward_batch)."""
         start, T = cache.length, tokens.numel()
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
         mask = attention_mask(start, tree_mask, T, tokens.device)
-        return self.forward_batch(cache, tokens.view(1, T), positions, mask)[0]
+        return self.forward_batch(cache, tokens.view(1, T), positions, mask, aux)[0]
+
+    @torch.no_grad()
+    def forward_draft(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                      tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward_cached for a speculative decoder: (post-norm features [T, dim], what the draft
+        head reads at these rows): the same tensor, or with `aux_layers` those layers' states
+        side by side [T, len(aux_layers) * dim] (EAGLE-3)."""
+        if not self.aux_layers:
+            feats = self.forward_cached(cache, tokens, positions, tree_mask)
+            return feats, feats
+        aux = []
+        feats = self.forward_cached(cache, tokens, positions, tree_mask, aux)
+        return feats, torch.cat(aux, dim=-1)[0]
 
     @torch.no_grad()
     def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                        tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward_cached, then the logits of every row: (features [T, dim], logits [T, vocab]).
-        Through the compiled packages when attached and one fits T (compiled.py), else eager."""
-        if self.compiled is not None:
+        """forward_draft, then the logits of every row: (what the draft head reads [T, F], logits
+        [T, vocab]). Through the compiled packages when attached and one fits T (compiled.py),
+        else eager; always eager with `aux_layers` (the packages return the final features only)."""
+        if self.compiled is not None and not self.aux_layers:
             out = self.compiled.run(cache, tokens, positions, tree_mask)
             if out is not None:
                 return out
-        feats = self.forward_cached(cache, tokens, positions, tree_mask)
-        return feats, self.logits(feats)
+        feats, head_feats = self.forward_draft(cache, tokens, positions, tree_mask)
+        return head_feats, self.logits(feats)
 
     @torch.no_grad()
     def forward_batch(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                      mask: torch.Tensor | None) -> torch.Tensor:
+                      mask: torch.Tensor | None, aux: list | None = None) -> torch.Tensor:
         """tokens [B,T] written at slots cache.length.. of each row; positions [T] or [B,T];
-        mask broadcastable to [B,1,T,length+T]. Returns features [B,T,dim]."""
+        mask broadcastable to [B,1,T,length+T]. Returns features [B,T,dim]. `aux`, a list, receives
+        the hidden states [B,T,dim] entering the layers in `aux_layers`, in layer order."""
         start = cache.length
         cos, sin = self._cos[positions], self._sin[positions]
         if cos.dim() == 3:  # per-row positions: [B,1,T,d] to broadcast over heads
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        taps = self.aux_layers if aux is not None else ()
         x = self.embed_tokens(tokens)
         for i, layer in enumerate(self.layers):
+            if i in taps:
+                aux.append(x)
             x = layer(x, cos, sin, (cache.k[i], cache.v[i]), start, mask)
+        if len(self.layers) in taps:
+            aux.append(x)
         return self.norm(x)
 
     def forward_full(self, tokens: torch.Tensor) -> torch.Tensor:

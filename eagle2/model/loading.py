@@ -9,7 +9,8 @@ import torch
 from safetensors import safe_open
 
 from ..errors import UserError
-from .head import EagleHead, load_head
+from .head import DraftHead, EagleHead, head_from_checkpoint, read_checkpoint
+from .head3 import head3_from_checkpoint, is_eagle3
 from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
 from .weights import DEFAULT_PRESET, PRESETS, hub_download, local_folder, resolve_target
 
@@ -20,7 +21,7 @@ SUPPORTED = {"llama", "mistral", "qwen2"}
 class Bundle:
     """Everything a decoder needs, loaded once per process and shared by sessions (read-only)."""
     target: LlamaModel
-    head: EagleHead
+    head: DraftHead  # EagleHead (EAGLE-1/2) or Eagle3Head
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
@@ -107,6 +108,14 @@ def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> Llama
     return model.to(device=device, dtype=dtype).eval()
 
 
+def load_draft_head(folder: Path, target_args: LlamaArgs) -> tuple[DraftHead, torch.Tensor | None]:
+    """An EAGLE-1/2 or EAGLE-3 head, by its checkpoint's layout; returns (head, its own LM head weight
+    or None). UserError for anything missing, corrupt or mismatched."""
+    cfg, state = read_checkpoint(folder)
+    build = head3_from_checkpoint if is_eagle3(cfg, state) else head_from_checkpoint
+    return build(Path(folder), cfg, state, target_args)
+
+
 def _fetch_if_id(name: str, files: list[str], what: str = "head") -> Path:
     p = local_folder(name, what)
     return p if p is not None else hub_download(name, files)
@@ -174,12 +183,13 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         h.has_embed = False
     else:
         hf = _fetch_if_id(head, ["config.json", "*.safetensors", "pytorch_model.bin"])
-        h, own = load_head(hf, model.args)
+        h, own = load_draft_head(hf, model.args)
         head_name = head_label(head, preset)
     h = h.to(device=dev, dtype=dt).eval()
     if not getattr(h, "has_embed", False):
         h.embed_tokens.weight = torch.nn.Parameter(model.embed_tokens.weight.detach(), requires_grad=False)
     h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
+    model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states (eager forward)
     for p in list(model.parameters()) + list(h.parameters()):
         p.requires_grad_(False)
     if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)

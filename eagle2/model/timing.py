@@ -72,7 +72,7 @@ def plausible(t: dict[int, float]) -> bool:
 
 def _cache_key(bundle) -> str:
     packed = "|packed" if bundle.packed else ""
-    comp = bundle.target.compiled
+    comp = bundle.target.compiled if not bundle.target.aux_layers else None  # EAGLE-3: always eager
     # the complete compiled state only: packages landing one by one (a first start's background
     # compile) must not each start a new table; the live timings correct the estimates meanwhile
     full = comp is not None and len(comp.runners) == len(comp.buckets)
