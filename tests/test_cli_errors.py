@@ -91,13 +91,9 @@ def no_loading(monkeypatch):
 
 
 EARLY = {  # bad input reported before the model loads (prompt-too-long needs the tokenizer)
-    "empty-prompt": (dict(prompt=""), [], "prompt is empty"),
-    "unknown-policy": ({}, ["--policy", "nonsense"], "unknown policy"),
+    **{k: CASES[k] for k in ("empty-prompt", "unknown-policy", "max-new-tokens-0", "total-tokens-0", "depth-0",
+                             "top-p-0")},
     "typo-policy": ({}, ["--policy", "eagle"], "unknown policy"),
-    "max-new-tokens-0": ({}, ["--max-new-tokens", "0"], "max new tokens"),
-    "total-tokens-0": ({}, ["--total-tokens", "0"], "total tokens"),
-    "depth-0": ({}, ["--depth", "0"], "depth"),
-    "top-p-0": ({}, ["--top-p", "0"], "top-p"),
     "threads-negative": ({}, ["--threads", "-2"], "--threads"),
     "foreign-flag": ({}, ["--policy", "plain", "--ddd-threshold", "0.5"], "--ddd-threshold"),
 }

@@ -139,7 +139,7 @@ def test_fallbacks(tiny, tmp_path):
     assert ct.runners == {} and ct.run(prefilled(tiny), torch.tensor([3]), torch.tensor([9]), None) is None
     assert ct.describe().startswith("eager forward")
     (tmp_path / "T1.pt2").write_bytes(b"not a package")
-    ct.poll(force=True)
+    ct.poll()
     assert ct.runners == {} and "unusable" in ct.describe() and not (tmp_path / "T1.pt2").exists()
     assert attach(tiny, "no").startswith("eager forward") and tiny.target.compiled is None
 

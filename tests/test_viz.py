@@ -215,25 +215,35 @@ def test_layout_rows_at_n60(show_dropped):
         assert rows < 2.2 * sum(1 for v in labelled if not any(c in labelled for c in G.successors(v)))
 
 
+def plot_frame(fig, width: float):
+    """(plot width, plot height, x at the left edge, y at the top row, px per x unit, px per y
+    unit) of a tree figure drawn `width` px wide (y reversed: the top row first)."""
+    lay = fig.layout
+    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
+    (x0, x1), (y_bottom, y_top) = lay.xaxis.range, lay.yaxis.range
+    return pw, ph, x0, y_top, pw / (x1 - x0), ph / (y_bottom - y_top)
+
+
+def per_point(value, n: int) -> list:
+    """A Plotly per-point attribute as a list (it is a scalar when every point shares it)."""
+    return list(value) if isinstance(value, (list, tuple)) else [value] * n
+
+
 def label_boxes(fig, width: float) -> list[tuple]:
     """(trace, node, text, box) of every label of a tree figure drawn `width` px wide, box =
     (x0, y0, x1, y1) in px from the plot's top left, worked out from the figure alone: the axis
     ranges and margins, each point's position, marker size, text position, font size and text
     width (Plotly offsets a text by the marker's radius / 0.8 + 1; a line is ~1.17 em tall, its
     baseline 0.25 em under the centre for "middle")."""
-    lay = fig.layout
-    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
-    (x0, x1), (y_bottom, y_top) = lay.xaxis.range, lay.yaxis.range          # y reversed: top row first
-    sx, sy = pw / (x1 - x0), ph / (y_bottom - y_top)
+    _, _, x0, y_top, sx, sy = plot_frame(fig, width)
     out = []
     for t in fig.data:
         if not t.mode or "text" not in t.mode:
             continue
         n = len(t.x)
-        as_list = lambda a: list(a) if isinstance(a, (list, tuple)) else [a] * n
         font, bold = t.textfont.size, t.textfont.weight == "bold"
-        for c, x, y, text, where, size in zip(t.customdata, t.x, t.y, as_list(t.text), as_list(t.textposition),
-                                              as_list(t.marker.size)):
+        for c, x, y, text, where, size in zip(t.customdata, t.x, t.y, per_point(t.text, n),
+                                              per_point(t.textposition, n), per_point(t.marker.size, n)):
             if not text:
                 continue
             w = viz.common.text_px(html.unescape(text), font, bold)
@@ -248,18 +258,13 @@ def label_boxes(fig, width: float) -> list[tuple]:
 
 def marker_boxes(fig, width: float) -> list[tuple]:
     """(node, box) of every drawn marker, rings included, in the same px frame as label_boxes."""
-    lay = fig.layout
-    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
-    (x0, x1), (y_bottom, y_top) = lay.xaxis.range, lay.yaxis.range
-    sx, sy = pw / (x1 - x0), ph / (y_bottom - y_top)
+    _, _, x0, y_top, sx, sy = plot_frame(fig, width)
     out = []
     for t in fig.data:
         if not t.mode or "markers" not in t.mode:
             continue
-        n = len(t.x)
-        sizes = list(t.marker.size) if isinstance(t.marker.size, (list, tuple)) else [t.marker.size] * n
         ring = 3 if t.marker.symbol == "circle-open" else 0
-        for c, x, y, size in zip(t.customdata, t.x, t.y, sizes):
+        for c, x, y, size in zip(t.customdata, t.x, t.y, per_point(t.marker.size, len(t.x))):
             r = size / 2 + ring / 2
             px, py = (x - x0) * sx, (y - y_top) * sy
             out.append((c, (px - r, py - r, px + r, py + r)))
@@ -275,8 +280,7 @@ def assert_readable(fig, G, width: float, must=(), clear_of_nodes=True) -> list:
     ellipsis at most), every node of `must` has a label; with clear_of_nodes, no label covers
     another node. Returns the labels."""
     labels = label_boxes(fig, width)
-    lay = fig.layout
-    pw, ph = width - lay.margin.l - lay.margin.r, lay.height - lay.margin.t - lay.margin.b
+    pw, ph = plot_frame(fig, width)[:2]
     for i, (_, ci, ti, a) in enumerate(labels):
         for _, cj, tj, b in labels[i + 1:]:
             assert not _meet(a, b), f"labels {ti!r} (node {ci}) and {tj!r} (node {cj}) overlap at {width} px"

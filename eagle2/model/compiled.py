@@ -14,7 +14,7 @@ Why this shape (each measured; benchmarks/compiled-forward/README.md):
   graph returns the new K/V and `run` writes them, so the compiled graph is a pure function;
 - AOTInductor, not torch.compile: inductor's on-disk FX cache refuses graphs whose frozen,
   prepacked weights are mkldnn tensors, so a JIT compile would cost 1-2 minutes at every start;
-  a package compiles once (in a background process) and later loads in about a second.
+  a package compiles once (in a background process) and later loads in a few seconds.
 Tree sizes between buckets are padded up (pad rows see only themselves and are dropped).
 The eager path in llama.py stays the reference and the fallback for anything else (prefill,
 T above the largest bucket, no package yet).
@@ -167,43 +167,40 @@ class CompiledTarget:
         return self.folder / f"T{T}.pt2"
 
     # ------------------------------------------------------------------ availability
-    def poll(self, force: bool = False) -> None:
-        """Load the packages that are on disk and not loaded yet (checked at most every 2 s;
-        returns at once if another thread is loading)."""
-        now = time.monotonic()
-        if not force and (now - self._last_poll < 2.0 or len(self.runners) == len(self.buckets)):
-            return
+    def landed(self) -> list[int]:
+        """Buckets whose package is on disk but not loaded yet."""
+        return [T for T in self.buckets if T not in self.runners and self.path(T).exists()]
+
+    def poll(self) -> None:
+        """Load the packages that have landed (returns at once if another thread is loading)."""
         if not self._lock.acquire(blocking=False):
             return
         try:
-            self._last_poll = now
-            for T in self.buckets:
-                if T not in self.runners and self.path(T).exists():
-                    try:
-                        runner = torch._inductor.aoti_load_package(str(self.path(T)))
-                    except Exception as e:  # a corrupt or foreign package: rebuild it, run eagerly meanwhile
-                        self.error = f"package T={T} unusable ({type(e).__name__}); removed"
-                        self.path(T).unlink(missing_ok=True)
-                        continue
-                    self.runners[T] = runner  # from here on `run` uses it (one dict store: atomic)
+            self._last_poll = time.monotonic()
+            for T in self.landed():
+                try:
+                    runner = torch._inductor.aoti_load_package(str(self.path(T)))
+                except Exception as e:  # a corrupt or foreign package: rebuild it, run eagerly meanwhile
+                    self.error = f"package T={T} unusable ({type(e).__name__}); removed"
+                    self.path(T).unlink(missing_ok=True)
+                    continue
+                self.runners[T] = runner  # from here on `run` uses it (one dict store: atomic)
         finally:
             self._lock.release()
         if self.worker is not None and self.worker.poll() not in (None, 0) and self.error is None:
             self.error = f"background compile exited with code {self.worker.returncode}"
 
     def poll_in_background(self) -> None:
-        """`poll` in a thread: loading a package takes seconds, which a decode step must not wait
-        for (the eager path serves until it lands)."""
+        """`poll` in a thread, checked at most every 2 s: loading a package takes seconds, which a
+        decode step must not wait for (the eager path serves until it lands)."""
         now = time.monotonic()
         if (now - self._last_poll < 2.0 or len(self.runners) == len(self.buckets)
                 or (self._loader is not None and self._loader.is_alive())):
             return
-        if not any(T not in self.runners and self.path(T).exists() for T in self.buckets):
-            self._last_poll = now
-            return
-        self._loader = threading.Thread(target=self.poll, kwargs={"force": True}, daemon=True,
-                                        name="eagle2-load-compiled")
-        self._loader.start()
+        self._last_poll = now
+        if self.landed():
+            self._loader = threading.Thread(target=self.poll, daemon=True, name="eagle2-load-compiled")
+            self._loader.start()
 
     def missing(self) -> list[int]:
         return [T for T in self.buckets if not self.path(T).exists()]
@@ -214,7 +211,7 @@ class CompiledTarget:
             s = build_package(self.model, T, self.path(T))
             if log:
                 log(f"compiled T={T} in {s:.0f} s -> {self.path(T)}")
-        self.poll(force=True)
+        self.poll()
 
     def start_background(self, argv: list[str]) -> None:
         """Build the missing buckets in a low-priority child process (`python -m eagle2 compile`
@@ -282,12 +279,11 @@ class CompiledTarget:
         return feats[:T], logits[:T].float()
 
 
-def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None, log=None, wait: bool = True) -> str:
+def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None, log=None) -> str:
     """Give the bundle's target its compiled forward; returns the line that says which path runs.
     mode "no": eager only. "yes": build the missing packages now (minutes), then use them.
-    "auto": use the packages on disk; with `background_argv` (the app), build the missing ones in
-    a low-priority child process and switch to each as it lands. `wait`: load the packages before
-    returning (benchmarks); else they load in a thread while the eager forward serves."""
+    "auto": use the packages on disk (loaded before returning); with `background_argv` (the app),
+    build the missing ones in a low-priority child process, each loaded in a thread as it lands."""
     t = bundle.target
     t.compiled = None
     if mode == "no":
@@ -299,10 +295,8 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     ct = CompiledTarget(t)
     if mode == "yes":
         ct.build(log)
-    elif wait:
-        ct.poll(force=True)
     else:
-        ct.poll_in_background()
+        ct.poll()
     if background_argv is not None:
         ct.start_background(background_argv)
     t.compiled = ct

@@ -29,28 +29,45 @@ def sync(dev: torch.device) -> None:
 
 
 @torch.no_grad()
+def prefilled_cache(target, context: int, room: int):
+    """A KV cache holding `context` committed random tokens, with `room` free slots after them."""
+    dev = target.lm_head.weight.device
+    cache = target.new_cache(context + room)
+    target.forward_cached(cache, torch.randint(0, target.args.vocab_size, (context,), device=dev),
+                          torch.arange(context, device=dev))
+    cache.advance(context)
+    return cache
+
+
+def interleaved_medians(dev: torch.device, variants: dict, call, repeats: int) -> dict[str, float]:
+    """Median seconds of `call()` under each variant (`variants[name]()` switches to it), the
+    variants taken in turn within every repeat (fair against machine drift); one warm-up round."""
+    times = {name: [] for name in variants}
+    for r in range(repeats + 1):
+        for name, switch in variants.items():
+            switch()
+            sync(dev)
+            t0 = time.perf_counter()
+            call()
+            sync(dev)
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(v)) for name, v in times.items()}
+
+
+@torch.no_grad()
 def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID) -> dict[int, float]:
     """Median seconds of one target forward of N tree tokens (plus their logits) after `context`
     committed tokens, for N in grid."""
     tgt, dev = bundle.target, bundle.device
-    cache = tgt.new_cache(context + max(grid) + 1)
-    ids = torch.randint(0, tgt.args.vocab_size, (context,), device=dev)
-    tgt.forward_cached(cache, ids, torch.arange(context, device=dev))
-    cache.advance(context)
+    cache = prefilled_cache(tgt, context, max(grid) + 1)
     out = {}
     for n in grid:
         toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
         pos = torch.arange(context, context + n, device=dev)
         mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        times = []
-        for r in range(repeats + 1):
-            sync(dev)
-            t0 = time.perf_counter()
-            tgt.forward_logits(cache, toks, pos, mask)
-            sync(dev)
-            if r:  # the first run warms up
-                times.append(time.perf_counter() - t0)
-        out[n] = float(np.median(times))
+        out[n] = interleaved_medians(dev, {"": lambda: None}, lambda: tgt.forward_logits(cache, toks, pos, mask),
+                                     repeats)[""]
     return out
 
 

@@ -12,42 +12,38 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..model.llama import Linear
 from ..model.loading import load_bundle
-from ..model.timing import measure_verify_times, sync
+from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, sync
 from .flags import add_compile_args, add_model_args, apply_compile, apply_threads
 
 
-def bandwidth_gbs(dev, mb: int = 1024, repeats: int = 5) -> float:
-    """Copy bandwidth: bytes read + written per second, best of repeats."""
-    n = mb * (1 << 20) // 4
-    a = torch.ones(n, device=dev)
-    b = torch.empty_like(a)
+def best_s(dev, call, repeats: int) -> float:
+    """The fastest of `repeats` timed calls (bandwidth: the machine's best, not its mood)."""
     best = float("inf")
     for _ in range(repeats):
         sync(dev)
         t0 = time.perf_counter()
-        b.copy_(a)
+        call()
         sync(dev)
         best = min(best, time.perf_counter() - t0)
-    return 2 * a.numel() * 4 / best / 1e9
+    return best
+
+
+def bandwidth_gbs(dev, mb: int = 1024, repeats: int = 5) -> float:
+    """Copy bandwidth: bytes read + written per second, best of repeats."""
+    a = torch.ones(mb * (1 << 20) // 4, device=dev)
+    b = torch.empty_like(a)
+    return 2 * a.numel() * 4 / best_s(dev, lambda: b.copy_(a), repeats) / 1e9
 
 
 def read_bandwidth_gbs(dev, mb: int = 512, repeats: int = 7) -> float:
     """Streaming read bandwidth: bytes summed per second, best of repeats (a forward at batch 1
     reads each weight once and computes little on it, so this is its floor's rate)."""
     a = torch.ones(mb * (1 << 20) // 4, device=dev)
-    best = float("inf")
-    for _ in range(repeats):
-        sync(dev)
-        t0 = time.perf_counter()
-        a.sum()
-        sync(dev)
-        best = min(best, time.perf_counter() - t0)
-    return a.numel() * 4 / best / 1e9
+    return a.numel() * 4 / best_s(dev, a.sum, repeats) / 1e9
 
 
 @torch.no_grad()
@@ -57,30 +53,15 @@ def eager_vs_compiled(bundle, grid=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), c
     repeat by repeat in one process: median seconds (sizes between buckets run padded)."""
     tgt, dev = bundle.target, bundle.device
     comp = tgt.compiled
+    cache = prefilled_cache(tgt, context, max(grid) + 1)
+    variants = {"eager": lambda: setattr(tgt, "compiled", None), "compiled": lambda: setattr(tgt, "compiled", comp)}
     out = {}
     try:
         for n in grid:
-            times = {"eager": [], "compiled": []}
-            caches = {}
-            for kind in times:
-                tgt.compiled = comp if kind == "compiled" else None
-                c = caches[kind] = tgt.new_cache(context + n + 1)
-                tgt.forward_cached(c, torch.arange(context, device=dev) % tgt.args.vocab_size,
-                                   torch.arange(context, device=dev))
-                c.advance(context)
             toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
             pos = torch.arange(context, context + n, device=dev)
             mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-            for r in range(repeats + 1):
-                for kind in times:
-                    tgt.compiled = comp if kind == "compiled" else None
-                    sync(dev)
-                    t0 = time.perf_counter()
-                    tgt.forward_logits(caches[kind], toks, pos, mask)
-                    sync(dev)
-                    if r:
-                        times[kind].append(time.perf_counter() - t0)
-            med = {k: float(np.median(v)) for k, v in times.items()}
+            med = interleaved_medians(dev, variants, lambda: tgt.forward_logits(cache, toks, pos, mask), repeats)
             b = comp.bucket(n) if comp is not None else None
             out[n] = {**med, "eager_over_compiled": med["eager"] / med["compiled"], "bucket": b}
     finally:
@@ -97,16 +78,8 @@ def draft_call_s(bundle, k: int = 10, context: int = 256, repeats: int = 10) -> 
     toks = torch.randint(0, head.args.vocab_size, (k,), device=dev)
     pos = torch.full((k,), context, device=dev)
     mask = torch.eye(k, dtype=torch.bool, device=dev)
-    times = []
-    for r in range(repeats + 1):
-        sync(dev)
-        t0 = time.perf_counter()
-        out = head.forward_cached(cache, g, toks, pos, context, mask)
-        head.draft_logprobs(out).topk(k, dim=-1)
-        sync(dev)
-        if r:
-            times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    call = lambda: head.draft_logprobs(head.forward_cached(cache, g, toks, pos, context, mask)).topk(k, dim=-1)
+    return interleaved_medians(dev, {"": lambda: None}, call, repeats)[""]
 
 
 @torch.no_grad()
@@ -116,32 +89,23 @@ def packed_vs_plain(bundle, grid=(1, 2, 4, 8, 16, 32, 64), context: int = 256, r
     tgt, dev = bundle.target, bundle.device
     mods = [m for m in tgt.modules() if isinstance(m, Linear)]
     packs = [m.packed for m in mods]
-    cache = tgt.new_cache(context + max(grid) + 1)
-    tgt.forward_cached(cache, torch.randint(0, tgt.args.vocab_size, (context,), device=dev),
-                       torch.arange(context, device=dev))
-    cache.advance(context)
+
+    def use(packed: bool):
+        for m, p in zip(mods, packs):
+            m.packed = p if packed else None
+
+    cache = prefilled_cache(tgt, context, max(grid) + 1)
     out = {}
     try:
         for n in grid:
             toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
             pos = torch.arange(context, context + n, device=dev)
             mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if n > 1 else None
-            times = {"packed": [], "plain": []}
-            for r in range(repeats + 1):
-                for kind in times:
-                    for m, p in zip(mods, packs):
-                        m.packed = p if kind == "packed" else None
-                    sync(dev)
-                    t0 = time.perf_counter()
-                    tgt.logits(tgt.forward_cached(cache, toks, pos, mask))
-                    sync(dev)
-                    if r:
-                        times[kind].append(time.perf_counter() - t0)
-            med = {k: float(np.median(v)) for k, v in times.items()}
+            med = interleaved_medians(dev, {"packed": lambda: use(True), "plain": lambda: use(False)},
+                                      lambda: tgt.logits(tgt.forward_cached(cache, toks, pos, mask)), repeats)
             out[n] = {**med, "plain_over_packed": med["plain"] / med["packed"]}
     finally:
-        for m, p in zip(mods, packs):
-            m.packed = p
+        use(True)
     return out
 
 
