@@ -1,10 +1,12 @@
-"""The compiled forward (eagle2/model/compiled.py) against the eager reference.
+"""The compiled forward (eagle2/model/compiled.py, exported.py) against the eager reference.
 
-(a) The custom attention op equals SDPA over the cache and the new keys under a tree mask.
-(b) The exported function, run eagerly, equals the eager forward (logits and the K/V it returns).
-(c) AOTInductor packages built for a tiny Llama: logits equal the eager path's for every tree
-    size (padded buckets included), and greedy decoding through the compiled path (plain, static,
-    EAGLE-2) emits exactly the eager plain decoder's tokens.
+(a) The custom attention op equals SDPA over the committed cache, earlier tree slots and the new
+    keys under a tree mask.
+(b) The exported functions, run eagerly, equal the eager forwards of the target (logits and the
+    K/V it returns) and of the draft head (its features, log-probabilities and K/V).
+(c) AOTInductor packages built for a tiny Llama and its head: outputs equal the eager path's for
+    every tree size (padded buckets included), and greedy decoding through the compiled target and
+    head (plain, static, EAGLE-2) emits exactly the eager plain decoder's tokens.
 (d) The fallbacks: no package, a corrupt package, --no-compile.
 """
 from __future__ import annotations
@@ -14,7 +16,8 @@ import torch.nn.functional as F
 import pytest
 
 from eagle2.cycle.decoder import Decoder
-from eagle2.model.compiled import CompiledTarget, TreeForward, attach, prefix_tree_attention
+from eagle2.model.compiled import CompiledTarget, attach, compilable_head
+from eagle2.model.exported import HeadForward, TreeForward, cached_tree_attention
 from eagle2.model.loading import load_bundle
 
 ATOL = 2e-4  # logits of O(1-10); the same bar test_model uses against transformers
@@ -31,19 +34,21 @@ def random_tree_mask(T: int, g: torch.Generator) -> torch.Tensor:
     return m
 
 
-@pytest.mark.parametrize("start,T", [(0, 1), (0, 5), (7, 1), (7, 6), (33, 16)])
-def test_attention_op_equals_sdpa(start, T):
-    g = torch.Generator().manual_seed(start * 100 + T)
+@pytest.mark.parametrize("committed,tree,T", [(0, 0, 1), (0, 0, 5), (7, 0, 1), (7, 0, 6), (33, 0, 16),
+                                             (7, 3, 1), (7, 5, 4), (20, 12, 10), (0, 4, 3)])
+def test_attention_op_equals_sdpa(committed, tree, T):
+    g = torch.Generator().manual_seed(committed * 100 + tree * 10 + T)
     H, kv, d, C = 6, 2, 16, 64
+    start = committed + tree
     q = torch.randn(1, H, T, d, generator=g)
     k, v = torch.randn(1, kv, T, d, generator=g), torch.randn(1, kv, T, d, generator=g)
     kc, vc = torch.randn(1, kv, C, d, generator=g), torch.randn(1, kv, C, d, generator=g)
-    tm = random_tree_mask(T, g)
-    ours = prefix_tree_attention(q, k, v, kc, vc, torch.tensor(start), tm)
+    tm = torch.cat([torch.rand(T, tree, generator=g) < 0.4, random_tree_mask(T, g)], 1)
+    ours = cached_tree_attention(q, k, v, kc, vc, torch.tensor(committed), torch.tensor(start), tm)
     K = torch.cat([kc[:, :, :start], k], 2)
     V = torch.cat([vc[:, :, :start], v], 2)
     mask = torch.ones(T, start + T, dtype=torch.bool)
-    mask[:, start:] = tm
+    mask[:, committed:] = tm
     ref = F.scaled_dot_product_attention(q, K, V, attn_mask=mask, enable_gqa=True)
     assert (ours - ref).abs().max().item() < 1e-5
 
@@ -80,14 +85,46 @@ def test_tree_function_equals_eager_forward(tiny):
         assert (new_v - cache.v[:, :, :, L:L + T]).abs().max().item() < 1e-5
 
 
+def head_call_inputs(bundle, T, tree, g):
+    """A head cache with 6 committed slots and `tree` earlier tree slots, and a call on T nodes."""
+    h = bundle.head
+    cache = h.new_cache(64)
+    D = h.args.dim
+    h.forward_cached(cache, torch.randn(6, D, generator=g), torch.arange(2, 8), torch.arange(6), 0)
+    cache.advance(6)
+    if tree:
+        h.forward_cached(cache, torch.randn(tree, D, generator=g), torch.arange(3, 3 + tree),
+                         torch.full((tree,), 6), 6, torch.eye(tree, dtype=torch.bool))
+    feats = torch.randn(T, D, generator=g)
+    toks = torch.randint(0, h.args.vocab_size, (T,), generator=g)
+    pos = torch.full((T,), 7)
+    tm = torch.cat([torch.rand(T, tree, generator=g) < 0.5, torch.eye(T, dtype=torch.bool)], 1)
+    return cache, feats, toks, pos, tm
+
+
+def test_head_function_equals_eager_head(tiny):
+    h = tiny.head
+    g = torch.Generator().manual_seed(3)
+    for T, tree in ((1, 0), (3, 4), (8, 2)):
+        cache, feats, toks, pos, tm = head_call_inputs(tiny, T, tree, g)
+        start = cache.length + tree
+        out, logp, new_k, new_v = HeadForward(h)(h.embed_tokens(toks), feats, h._cos[pos], h._sin[pos], cache.k[0],
+                                                 cache.v[0], torch.tensor(cache.length), torch.tensor(start), tm)
+        ref = h.forward_cached(cache, feats, toks, pos, start, tm)
+        assert (out - ref).abs().max().item() < 1e-5
+        assert (logp - h.draft_logprobs(ref)).abs().max().item() < 1e-4
+        assert (new_k - cache.k[0, :, :, start:start + T]).abs().max().item() < 1e-5
+
+
 @pytest.fixture(scope="module")
 def compiled_tiny(tiny, tmp_path_factory):
-    """Packages for tree sizes 1 and 4 (3 and 2 run padded to 4; 5+ run eagerly)."""
-    ct = CompiledTarget(tiny.target, buckets=(1, 4), folder=tmp_path_factory.mktemp("aoti"))
+    """Target packages for tree sizes 1 and 4 (3 and 2 run padded to 4; 5+ run eagerly), the
+    head's for 4 (1-3 padded)."""
+    ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=tmp_path_factory.mktemp("aoti"))
     ct.build()
-    assert sorted(ct.runners) == [1, 4]
+    assert sorted(ct.runners) == [1, 4] and sorted(ct.head_set.runners) == [4]
     yield ct
-    tiny.target.compiled = None
+    tiny.target.compiled = tiny.head.compiled = None
 
 
 def test_compiled_logits_equal_eager(tiny, compiled_tiny):
@@ -111,6 +148,27 @@ def test_compiled_logits_equal_eager(tiny, compiled_tiny):
         assert torch.allclose(c1.k[:, :, :, L:L + T], c2.k[:, :, :, L:L + T], atol=1e-5)  # K/V written
 
 
+def test_compiled_head_equals_eager(tiny, compiled_tiny):
+    h = tiny.head
+    g = torch.Generator().manual_seed(4)
+    for T, tree in ((1, 0), (3, 0), (4, 5), (2, 9), (6, 0)):
+        args = head_call_inputs(tiny, T, tree, g)
+        c1, rest = args[0], args[1:]
+        c2, _, _, _, _ = head_call_inputs(tiny, T, tree, torch.Generator().manual_seed(0))
+        c2.k.copy_(c1.k)
+        c2.v.copy_(c1.v)
+        start = c1.length + tree
+        tm = rest[3] if tree or T == 1 else None  # absorbing accepted tokens: causal, no mask
+        out = compiled_tiny.run_head(c1, *rest[:3], start, tm)
+        if T > 4:
+            assert out is None
+            continue
+        g1, logp = out
+        ref = h.forward_cached(c2, *rest[:3], start, tm)
+        assert (g1 - ref).abs().max().item() < ATOL and (logp - h.draft_logprobs(ref)).abs().max().item() < ATOL
+        assert torch.allclose(c1.k[0, :, :, start:start + T], c2.k[0, :, :, start:start + T], atol=1e-5)
+
+
 def decode(bundle, policy, prompt, **kw):
     d = Decoder(bundle, policy, max_new_tokens=40, record=False, **kw)
     d.start(input_ids=prompt)
@@ -124,14 +182,14 @@ def decode(bundle, policy, prompt, **kw):
                          ids=["plain", "static", "eagle2-4", "eagle2-12"])
 def test_greedy_identity_on_compiled_path(tiny, compiled_tiny, policy, kw):
     prompts = [[5, 17, 33, 2, 9], [40, 41, 42], list(range(3, 20))]
-    tiny.target.compiled = None
+    tiny.target.compiled = tiny.head.compiled = None
     refs = [decode(tiny, "plain", p) for p in prompts]
-    tiny.target.compiled = compiled_tiny
+    tiny.target.compiled = tiny.head.compiled = compiled_tiny
     try:
         for p, ref in zip(prompts, refs):
             assert decode(tiny, policy, p, **kw) == ref
     finally:
-        tiny.target.compiled = None
+        tiny.target.compiled = tiny.head.compiled = None
 
 
 def test_fallbacks(tiny, tmp_path):
@@ -142,22 +200,36 @@ def test_fallbacks(tiny, tmp_path):
     ct.poll()
     assert ct.runners == {} and "unusable" in ct.describe() and not (tmp_path / "T1.pt2").exists()
     assert attach(tiny, "no").startswith("eager forward") and tiny.target.compiled is None
+    assert tiny.head.compiled is None
+
+
+def test_profile_times_the_draft_call_both_ways(tiny, compiled_tiny):
+    from eagle2.tools.profile import draft_calls_s
+    tiny.head.compiled = compiled_tiny
+    try:
+        out = draft_calls_s(tiny, grid=(1, 4, 6), context=16, tree=3, repeats=2)
+    finally:
+        tiny.head.compiled = None
+    assert [out[k]["bucket"] for k in (1, 4, 6)] == [4, 4, None]  # 6 is above the head's largest bucket here
+    assert all(v["eager"] > 0 and v["compiled"] > 0 for v in out.values())
 
 
 # ------------------------------------------------------------------ the real default model
 
 @pytest.fixture(scope="module")
 def compiled_real(real_bundle, tmp_path_factory):
-    """The default model compiled for tree size 4 (1-3 run padded to 4, larger trees eagerly):
-    a minute or two of compiling on CI's 2 cores, once per test session."""
-    ct = CompiledTarget(real_bundle.target, buckets=(4,), folder=tmp_path_factory.mktemp("aoti-real"))
+    """The default model compiled for tree size 4 (1-3 run padded to 4, larger trees eagerly) and
+    its head for 4: two minutes or so of compiling on CI's 2 cores, once per test session."""
+    ct = CompiledTarget(real_bundle.target, compilable_head(real_bundle), buckets=(4,), head_buckets=(4,),
+                        folder=tmp_path_factory.mktemp("aoti-real"))
     ct.build()
+    assert ct.complete()
     yield ct
-    real_bundle.target.compiled = None
+    real_bundle.target.compiled = real_bundle.head.compiled = None
 
 
 def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real):
-    """Plain, static and EAGLE-2 decoding through the compiled forward emit exactly the eager
+    """Plain and EAGLE-2 decoding through the compiled target and head emit exactly the eager
     plain decoder's tokens on the lossless suite's prompts."""
     from test_lossless import EAGLE2_COMPACT, PROMPTS
     prompts = PROMPTS[:3]
@@ -168,9 +240,9 @@ def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real)
         d.generate()
         return d.generated
 
-    real_bundle.target.compiled = None
+    real_bundle.target.compiled = real_bundle.head.compiled = None
     refs = [run("plain", p) for p in prompts]
-    real_bundle.target.compiled = compiled_real
+    real_bundle.target.compiled = real_bundle.head.compiled = compiled_real
     try:
         for p, ref in zip(prompts, refs):
             assert run("plain", p) == ref
@@ -178,22 +250,24 @@ def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real)
             assert run("eagle2", p, **EAGLE2_COMPACT) == ref  # verification on the eager path, drafting alike
             assert run("eagle2-auto", p) == ref
     finally:
-        real_bundle.target.compiled = None
+        real_bundle.target.compiled = real_bundle.head.compiled = None
 
 
 # ------------------------------------------------------------------ the CLIs around it
 
 def test_bench_eager_rows_detach_the_compiled_forward(tiny, compiled_tiny):
     from eagle2.tools.bench import forward_path, summarise
-    tiny.target.compiled = compiled_tiny
+    tiny.target.compiled = tiny.head.compiled = compiled_tiny
     try:
         with forward_path(tiny, "plain@eager"):
-            assert tiny.target.compiled is None
-        assert tiny.target.compiled is compiled_tiny
+            assert tiny.target.compiled is None and tiny.head.compiled is None
+        assert tiny.target.compiled is compiled_tiny and tiny.head.compiled is compiled_tiny
+        with forward_path(tiny, "eagle2-auto@eager-head"):
+            assert tiny.target.compiled is compiled_tiny and tiny.head.compiled is None
         with forward_path(tiny, "eagle2-auto"):
-            assert tiny.target.compiled is compiled_tiny
+            assert tiny.target.compiled is compiled_tiny and tiny.head.compiled is compiled_tiny
     finally:
-        tiny.target.compiled = None
+        tiny.target.compiled = tiny.head.compiled = None
     row = dict(question_id=1, category="c", repeat=0, new_tokens=10, target_forwards=10, token_ids=[1] * 10)
     rows = [dict(row, policy="plain", wall_s=1.0), dict(row, policy="plain@eager", wall_s=2.0),
             dict(row, policy="eagle2", wall_s=0.5, target_forwards=5)]

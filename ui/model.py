@@ -76,6 +76,8 @@ class ModelHolder:
         argv = ["--device", "cpu", "--threads", str(torch.get_num_threads())]
         if opts.get("target"):
             argv += ["--target", str(opts["target"])]
+        if opts.get("head"):
+            argv += ["--head", str(opts["head"])]
         try:
             attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
         except Exception as e:  # an optimisation only: the eager forward serves without it

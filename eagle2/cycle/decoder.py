@@ -111,7 +111,7 @@ class Decoder:
         root = choose(self.b.target.logits(feats[-1]), self.sampling, self.gen)
         self.target_forwards = 1
         self.pending = (head_feats, ids[1:] + [root])
-        self.root_g = None
+        self.root_g = self.root_logp = None
         self.root = root
         self.started = True
         dt = self._now() - t0
@@ -131,7 +131,7 @@ class Decoder:
         keep = [0] + c.path_pos
         self.cache.commit(torch.tensor([L + p for p in keep], device=self.b.device))
         self.pending = (c.feats[keep], c.path_tokens + [c.bonus])
-        self.root_g = None
+        self.root_g = self.root_logp = None
         self.root = c.bonus
         self.target_forwards += 1
         self.draft_calls += c.tree.draft_calls
@@ -187,7 +187,7 @@ class Decoder:
         t0 = self._now()
         self._absorb()
         runner = HeadRunner(self.b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1,
-                            sampling=self.sampling, gen=draft_gen)
+                            sampling=self.sampling, gen=draft_gen, root_logp=self.root_logp)
         tree = policy.draft(runner, self.root)
         t1 = self._now()
         need = self.cache.length + tree.n_kept
@@ -214,10 +214,10 @@ class Decoder:
         hc = self.hcache
         n = len(toks)
         dev = self.b.device
-        g = self.b.head.forward_cached(hc, feats, torch.tensor(toks, device=dev),
-                                       torch.arange(hc.length, hc.length + n, device=dev), hc.length)
+        g, logp = self.b.head.forward_logprobs(hc, feats, torch.tensor(toks, device=dev),
+                                               torch.arange(hc.length, hc.length + n, device=dev), hc.length)
         hc.advance(n)
-        self.root_g = g[-1]
+        self.root_g, self.root_logp = g[-1], logp[-1]
         self._absorb_s = self._now() - t0
 
     def _grow(self, n: int) -> None:

@@ -17,13 +17,14 @@ from .sampling import SamplingParams
 
 class HeadRunner:
     def __init__(self, head: DraftHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
-                 sampling: SamplingParams | None = None, gen: torch.Generator | None = None):
+                 sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
+                 root_logp: torch.Tensor | None = None):
         self.head = head
         self.sampling = sampling or SamplingParams()
         self.gen = gen if gen is not None else torch.Generator().manual_seed(0)
         self.cache = cache
         self.root_g = root_g                      # [D] predicted feature at the root's position
-        self.root_logp = head.draft_logprobs(root_g)  # [V_draft]
+        self.root_logp = head.draft_logprobs(root_g) if root_logp is None else root_logp  # [V_draft]
         self.base_pos = base_pos                  # head position of the root's pair
         self.start = cache.length            # first tree slot
         self.used = 0
@@ -53,10 +54,10 @@ class HeadRunner:
         mask = torch.from_numpy(self.anc[s0: s0 + k, : s0 + k].copy()).to(dev)
         tok = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.tensor([self.base_pos + d for d in depths], dtype=torch.long, device=dev)
-        g = self.head.forward_cached(self.cache, parent_g, tok, pos, self.start + s0, mask)
+        g, logp = self.head.forward_logprobs(self.cache, parent_g, tok, pos, self.start + s0, mask)
         self.used += k
         self.calls += 1
-        return g, self.head.draft_logprobs(g), list(range(s0, s0 + k))
+        return g, logp, list(range(s0, s0 + k))
 
     def topk(self, logp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k over the draft vocabulary, returned as (log-probs, target ids)."""

@@ -11,13 +11,12 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from .llama import (Block, KVCache, Linear, LlamaArgs, PackedWeight, apply_rope, attention_mask, linear, pack_linears,
-                    rope_tables)
+from .llama import Block, KVCache, Linear, LlamaArgs, PackedWeight, attention_mask, linear, pack_linears, rope_tables
+from .ttt import unrolled_passes
 
 
 class DraftHead(nn.Module):
@@ -30,6 +29,7 @@ class DraftHead(nn.Module):
     # Target layers whose input hidden states the head reads (LlamaModel.aux_layers); empty: the
     # target's final post-norm features.
     aux_layers: tuple[int, ...] = ()
+    compiled = None  # a compiled.CompiledTarget holding this head's packages, when attached
 
     def __init__(self, args: LlamaArgs, draft_vocab: torch.Tensor | None = None):
         super().__init__()
@@ -71,6 +71,17 @@ class DraftHead(nn.Module):
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""
         return torch.log_softmax(linear(g, self.lm_weight, None, self.lm_packed).float(), dim=-1)
+
+    def forward_logprobs(self, cache: KVCache, features, tokens, positions, start: int,
+                         tree_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward_cached, then draft_logprobs of every row: (g [T, D], log-probs [T, V_draft]).
+        Through the compiled packages when attached and one fits T (compiled.py), else eager."""
+        if self.compiled is not None:
+            out = self.compiled.run_head(cache, features, tokens, positions, start, tree_mask)
+            if out is not None:
+                return out
+        g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
+        return g, self.draft_logprobs(g)
 
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.draft_ids is None else self.draft_ids[idx]
@@ -118,42 +129,15 @@ class EagleHead(DraftHead):
         itself, exactly as at decode time. Each pass has forward_train's targets (f_{j+1}); rows
         j < s-1 have no such chain and belong out of the loss. g1 = forward_train's output.
         Returns the outputs of passes 2..steps."""
-        B, T, _ = features.shape
-        a, blk = self.args, self.layers[0]
-        at = blk.self_attn
-        cos, sin = self.rope(T)
-        cos, sin = cos[:T], sin[:T]
-        dev = features.device
+        blk = self.layers[0]
 
-        def heads(proj, x, n):
-            return proj(x).view(B, T, n, a.head_dim).transpose(1, 2)
+        def step_inputs(own):
+            x = self.inputs(own, tokens)
+            return blk.input_layernorm(x), x
 
-        def kv(h):
-            return apply_rope(heads(at.k_proj, h, a.n_kv_heads), cos, sin), heads(at.v_proj, h, a.n_kv_heads)
-
-        ones = torch.ones(T, T, dtype=torch.bool, device=dev)
-
-        def diag(offset):  # key i visible from query j iff i == j - offset
-            return ones.tril(-offset) & ~ones.tril(-offset - 1)
-
-        k1, v1 = kv(blk.input_layernorm(self.inputs(features, tokens)))  # the true pairs' keys
-        ks, vs = [k1], [v1]
-        outs, prev = [], g1
-        for s in range(2, steps + 1):
-            own = prev.detach()  # gradients stop at the features the head read (its own outputs)
-            x = self.inputs(torch.cat([features[:, :1], own[:, :-1]], dim=1), tokens)
-            h = blk.input_layernorm(x)
-            k, v = kv(h)
-            ks.append(k)
-            vs.append(v)
-            mask = torch.cat([ones.tril(-(s - 1))] + [diag(s - m) for m in range(2, s + 1)], dim=1)
-            q = apply_rope(heads(at.q_proj, h, a.n_heads), cos, sin)
-            out = F.scaled_dot_product_attention(q, torch.cat(ks, dim=2), torch.cat(vs, dim=2), attn_mask=mask,
-                                                 enable_gqa=True)
-            x = x + at.o_proj(out.transpose(1, 2).reshape(B, T, -1))
-            prev = x + blk.mlp(blk.post_attention_layernorm(x))
-            outs.append(prev)
-        return outs
+        cos, sin = self.rope(features.shape[1])
+        return unrolled_passes(blk, cos, sin, blk.input_layernorm(self.inputs(features, tokens)), g1, steps,
+                               step_inputs)
 
 
 # ---------------------------------------------------------------- checkpoints (official layout)

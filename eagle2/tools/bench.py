@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", default="plain,static,eagle2",
                     help="comma list: plain, any registered tree policy (eagle2, eagle2-auto, eagle2-auto-n, "
                          "static, ddd, dyspec, lantern, ...), hf, hf-pld; a name ending in @eager runs on the "
-                         "eager forward while the others use the compiled one (e.g. plain@eager)")
+                         "eager forward while the others use the compiled one (e.g. plain@eager), one ending "
+                         "in @eager-head with the compiled target but the eager draft head")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
     ap.add_argument("--repeats", type=int, default=1)
@@ -78,19 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EAGER = "@eager"
+EAGER_HEAD = "@eager-head"
+
+
+def base_name(row: str) -> str:
+    """The policy of a row name: 'eagle2-auto@eager' -> 'eagle2-auto'."""
+    return row.removesuffix(EAGER_HEAD).removesuffix(EAGER)
 
 
 @contextlib.contextmanager
 def forward_path(bundle, name: str):
-    """Run a variant named '...@eager' on the eager forward (the compiled one detached meanwhile),
-    so eager and compiled decoding are measured side by side in one run."""
-    saved = bundle.target.compiled
-    if name.endswith(EAGER):
-        bundle.target.compiled = None
+    """Run a variant named '...@eager' on the eager forward, target and draft head alike (the
+    compiled one detached meanwhile), and '...@eager-head' with the compiled target but the eager
+    head, so each part's gain is measured side by side in one run."""
+    saved = bundle.target.compiled, bundle.head.compiled
+    if name.endswith(EAGER_HEAD):
+        bundle.head.compiled = None
+    elif name.endswith(EAGER):
+        bundle.target.compiled = bundle.head.compiled = None
     try:
         yield
     finally:
-        bundle.target.compiled = saved
+        bundle.target.compiled, bundle.head.compiled = saved
 
 
 class HFBaseline:
@@ -199,8 +209,8 @@ def main(argv=None) -> int:
     if "plain" not in names:
         names = ["plain"] + names  # speedups are relative to plain, measured in the same run
     tree_kw = {"total_tokens": a.total_tokens, "depth": a.depth, "top_k": a.top_k}
-    own = {n.removesuffix(EAGER): cli_kwargs(n.removesuffix(EAGER), a, strict=False)
-           for n in names if n.removesuffix(EAGER) not in ("plain", *BASELINES)}  # before loading
+    own = {base_name(n): cli_kwargs(base_name(n), a, strict=False)
+           for n in names if base_name(n) not in ("plain", *BASELINES)}  # before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
     forward = apply_compile(a, bundle)
     print(f"forward: {forward}", file=sys.stderr)
@@ -231,7 +241,7 @@ def build_variants(a, bundle, names, sp, tree_kw, own) -> list[tuple[str, object
     """(row name, runner) pairs: an HF baseline, or a factory of fresh decoders (validated now)."""
     variants: list[tuple[str, object]] = []
     for row in names:
-        n = row.removesuffix(EAGER)
+        n = base_name(row)
         if n in BASELINES:
             from ..model.weights import resolve_target
             check(sp.greedy, "The hf baselines are greedy only: use --temperature 0.")

@@ -1,4 +1,5 @@
-"""`python -m eagle2 compile`: build the target's compiled forward packages once (model/compiled.py).
+"""`python -m eagle2 compile`: build the compiled forward packages of the target and its draft head once
+(model/compiled.py).
 
 Each tree-size bucket takes one to three minutes on a 2-core CPU and is cached on disk under
 the cache folder, keyed by the weights, torch, the CPU's vector ISA and the thread count; later
@@ -41,25 +42,25 @@ def exit_with_parent(every: float = 2.0) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eagle2 compile", description=__doc__)
-    add_model_args(ap, head=False, dtype=False)
-    ap.add_argument("--buckets", default=None, help="tree sizes to compile, e.g. 1,2,4,8,16 (default: those)")
+    add_model_args(ap, dtype=False)
+    ap.add_argument("--buckets", default=None, help="the target's tree sizes to compile, e.g. 1,2,4,8,16 (default: those; the draft head's are fixed)")
     ap.add_argument("--status", action="store_true", help="only say which packages exist")
     ap.add_argument("--background", action="store_true",
                     help="started by the app: exit when the app does (a killed parent leaves no orphan compiling)")
     a = ap.parse_args(argv)
     if a.background:
         exit_with_parent()
-    from ..model.compiled import BUCKETS, CompiledTarget, compile_report
+    from ..model.compiled import BUCKETS, CompiledTarget, compilable_head, compile_report
     buckets = parse_buckets(a.buckets) if a.buckets else BUCKETS
     apply_threads(a)
     from ..model.loading import load_bundle
     from ..errors import check
     check(str(a.device).startswith("cpu"), "The compiled forward is built for CPU fp32; on CUDA the eager path runs.")
-    bundle = load_bundle(a.target, "random", a.device, pack=False)
+    bundle = load_bundle(a.target, a.head, a.device, pack=False)
     if a.status:
         print(json.dumps(compile_report(bundle.target), indent=1))
         return 0
-    ct = CompiledTarget(bundle.target, buckets)
+    ct = CompiledTarget(bundle.target, compilable_head(bundle), buckets)
     ct.build(log=lambda s: print(s, flush=True))
     print(ct.describe())
     return 0

@@ -2,8 +2,8 @@
 
 Measures memory bandwidth (a large tensor copy, and a read-only sum: the rate a forward can
 stream its weights), the one-token target forward against its floor (weight bytes / read
-bandwidth), verification cost t(N) relative to one token, one draft-head call, and with the
-compiled forward attached, t(N) eager vs compiled, interleaved.
+bandwidth), verification cost t(N) relative to one token, a draft-head call on k nodes, and with
+the compiled forward attached, t(N) and the draft call eager vs compiled, interleaved.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def eager_vs_compiled(bundle, grid=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), c
             pos = torch.arange(context, context + n, device=dev)
             mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
             med = interleaved_medians(dev, variants, lambda: tgt.forward_logits(cache, toks, pos, mask), repeats)
-            b = comp.bucket(n) if comp is not None else None
+            b = comp.target.bucket(n) if comp is not None else None
             out[n] = {**med, "eager_over_compiled": med["eager"] / med["compiled"], "bucket": b}
     finally:
         tgt.compiled = comp
@@ -70,16 +70,33 @@ def eager_vs_compiled(bundle, grid=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), c
 
 
 @torch.no_grad()
-def draft_call_s(bundle, k: int = 10, context: int = 256, repeats: int = 10) -> float:
+def draft_calls_s(bundle, grid=(1, 4, 10, 16), context: int = 256, tree: int = 20, repeats: int = 10) -> dict:
+    """One draft-head call on k tree nodes (forward + log-probabilities + top-k), after `context`
+    committed slots and `tree` earlier tree slots: median seconds, on the eager path and (when
+    attached) the compiled one, interleaved repeat by repeat."""
     head, dev = bundle.head, bundle.device
-    cache = head.new_cache(context + k + 1)
+    comp = head.compiled
+    cache = head.new_cache(context + tree + max(grid) + 1)
     cache.length = context
-    g = torch.randn(k, head.args.dim, device=dev, dtype=bundle.dtype)
-    toks = torch.randint(0, head.args.vocab_size, (k,), device=dev)
-    pos = torch.full((k,), context, device=dev)
-    mask = torch.eye(k, dtype=torch.bool, device=dev)
-    call = lambda: head.draft_logprobs(head.forward_cached(cache, g, toks, pos, context, mask)).topk(k, dim=-1)
-    return interleaved_medians(dev, {"": lambda: None}, call, repeats)[""]
+    variants = {"eager": lambda: setattr(head, "compiled", None)}
+    if comp is not None:
+        variants["compiled"] = lambda: setattr(head, "compiled", comp)
+    out = {}
+    try:
+        for k in grid:
+            g = torch.randn(k, head.args.dim, device=dev, dtype=bundle.dtype)
+            toks = torch.randint(0, head.args.vocab_size, (k,), device=dev)
+            pos = torch.full((k,), context + 2, device=dev)
+            mask = torch.cat([torch.rand(k, tree, device=dev) < 0.2, torch.eye(k, dtype=torch.bool, device=dev)], 1)
+            call = lambda: head.forward_logprobs(cache, g, toks, pos, context + tree, mask)[1].topk(min(k, 10), dim=-1)
+            med = interleaved_medians(dev, variants, call, repeats)
+            if comp is not None:
+                med["eager_over_compiled"] = med["eager"] / med["compiled"]
+                med["bucket"] = comp.head_set.bucket(k) if comp.head_set is not None else None
+            out[k] = med
+    finally:
+        head.compiled = comp
+    return out
 
 
 @torch.no_grad()
@@ -135,7 +152,7 @@ def main(argv=None) -> int:
         "read_floor_one_token_s": floor,
         "one_token_forward_s": t[1], "forward_over_floor": t[1] / floor,
         "verify_s": t, "verify_over_one_token": {n: v / t[1] for n, v in t.items()},
-        "draft_call_k10_s": draft_call_s(b),
+        "draft_call_s": draft_calls_s(b),
         "draft_vocab": None if b.head.draft_ids is None else int(b.head.draft_ids.numel()),
     }
     if a.compare_pack:
