@@ -4,18 +4,22 @@ It reads the target's low, middle and high hidden states side by side, a_i = [h^
 fused by `fc` (3D -> D); one decoder layer (`midlayer`) whose attention input is
 [input_layernorm(e(x_{i+1})) ; hidden_norm(u_i)] (2D wide); logits from `norm` and its own LM head
 over a reduced draft vocabulary (`d2t`, `t2d`). A deeper draft step feeds the layer's own output
-(before `norm`) in place of fc(a): a D-wide input skips `fc`, as in SGLang and vLLM.
+(before `norm`) in place of fc(a): a D-wide input skips `fc`, as in SGLang and vLLM. Trained by
+`python -m eagle2 train --head-kind eagle3` (forward_train, forward_train_unrolled, save_head3).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import UserError
-from .head import DraftHead, head_args, load_weights
+from .head import DraftHead, head_args, head_config, load_weights
 from .llama import MLP, Attention, KVCache, Linear, LlamaArgs, RMSNorm, attention_mask
+from .ttt import unrolled_passes
 
 
 class Eagle3Layer(nn.Module):
@@ -69,6 +73,42 @@ class Eagle3Head(DraftHead):
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         return super().draft_logprobs(self.norm(g))
+
+    # ------------------------------------------------------------ training (tools/train.py)
+
+    def trainable_lm_head(self, weight: torch.Tensor) -> None:
+        """Make the LM head a trained parameter starting from `weight` [V_draft, D] (the target's
+        draft-vocabulary rows, or a checkpoint's own); `lm_head.weight`, as checkpoints name it."""
+        self.lm_head = Linear(self.args.dim, weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            self.lm_head.weight.copy_(weight)
+        # draft_logprobs reads lm_weight: the same tensor, set past nn.Module so that it is not
+        # registered a second time (as `lm_weight`, in state_dict)
+        object.__setattr__(self, "lm_weight", self.lm_head.weight)
+        self.lm_packed = None
+
+    def forward_train(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced causal pass: the target's fused states [B,T,k*D] of x_0..x_{T-1}, tokens
+        [B,T] = x_1..x_T -> the layer's outputs before `norm` [B,T,D]."""
+        T = tokens.shape[1]
+        cos, sin = self.rope(T)
+        return self.midlayer(self.embed_tokens(tokens), self.fc(features), cos[:T], sin[:T], None, 0, None)
+
+    def forward_train_unrolled(self, features: torch.Tensor, tokens: torch.Tensor, g1: torch.Tensor,
+                               steps: int) -> list[torch.Tensor]:
+        """Training-time test as EAGLE-3 trains it: in pass s (s = 2..steps) row j is the depth-s
+        node at position j, the pair (pass s-1's output at j-1 in place of fc(a), x_{j+1}), with
+        EagleHead.forward_train_unrolled's attention (ttt.unrolled_passes). Gradients flow through
+        the fed-back outputs, as in the official training. Returns the outputs of passes 2..steps."""
+        m = self.midlayer
+        e = m.input_layernorm(self.embed_tokens(tokens))
+
+        def attn_input(hidden):
+            hn = m.hidden_norm(hidden)
+            return torch.cat([e, hn], dim=-1), (hn if m.norm_before_residual else hidden)
+
+        cos, sin = self.rope(tokens.shape[1])
+        return unrolled_passes(m, cos, sin, attn_input(self.fc(features))[0], g1, steps, attn_input, detach=False)
 
 
 # ---------------------------------------------------------------- checkpoints (official layout)
@@ -152,3 +192,31 @@ def head3_from_checkpoint(folder: Path, cfg: dict, state: dict,
                       norm_before_residual=bool(cfg.get("norm_before_residual", False)))
     load_weights(head, state, folder, "EAGLE-3")
     return head, own_lm
+
+
+def save_head3(head: Eagle3Head, out: Path, card: str | None = None, dtype: torch.dtype = torch.float16) -> None:
+    """Write config.json + model.safetensors in the official EAGLE-3 layout that
+    head3_from_checkpoint (and SGLang / vLLM) load: fc, midlayer.*, norm, lm_head (the head's own or
+    the target's rows it uses), d2t and t2d; the frozen embedding is left out. The aux layers go in
+    eagle_config.eagle_aux_hidden_state_layer_ids as layer outputs (id = layer entered - 1)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous().cpu() for k, v in head.state_dict().items()
+             if k != "embed_tokens.weight"}
+    state["lm_head.weight"] = head.lm_weight.detach().to(dtype).contiguous().cpu()
+    a = head.args
+    if head.draft_ids is not None:
+        ids = head.draft_ids.cpu().long()
+        state["d2t"] = ids - torch.arange(ids.numel())
+        t2d = torch.zeros(a.vocab_size, dtype=torch.bool)
+        t2d[ids] = True
+        state["t2d"] = t2d
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = head_config(a, head.fc_bias, None if head.draft_ids is None else head.draft_ids.numel())
+    cfg.update({"architectures": ["LlamaForCausalLMEagle3"], "target_hidden_size": a.dim,
+                "tie_word_embeddings": False, "torch_dtype": str(dtype).replace("torch.", ""),
+                "norm_before_residual": head.midlayer.norm_before_residual,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in head.aux_layers]}})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    if card:
+        (out / "README.md").write_text(card)

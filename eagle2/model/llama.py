@@ -345,14 +345,20 @@ class LlamaModel(nn.Module):
             aux.append(x)
         return self.norm(x)
 
-    def forward_full(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Causal forward over [B, T] without a cache (training features). Returns [B, T, dim]."""
+    def forward_full(self, tokens: torch.Tensor, aux: list | None = None) -> torch.Tensor:
+        """Causal forward over [B, T] without a cache (training features). Returns [B, T, dim];
+        `aux` as in forward_batch."""
         T = tokens.shape[1]
         cos, sin = self.rope(T)
         cos, sin = cos[:T], sin[:T]
+        taps = self.aux_layers if aux is not None else ()
         x = self.embed_tokens(tokens)
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
+            if i in taps:
+                aux.append(x)
             x = layer(x, cos, sin, None, 0, None)
+        if len(self.layers) in taps:
+            aux.append(x)
         return self.norm(x)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,8 @@ stored in fp16. Both stages append to their outputs and skip finished work, so t
 from __future__ import annotations
 
 import json
+import time
+import zlib
 from pathlib import Path
 
 import torch
@@ -95,8 +97,10 @@ def batched_generate(model, seqs: list[list[int]], max_new: int, sp, gen, eos: s
 
 
 def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dict],
-                  max_new_tokens: int, batch_size: int) -> None:
-    """Append {'id', 'variant', 'messages'} conversations to out (jsonl); skip those present."""
+                  max_new_tokens: int, batch_size: int) -> dict:
+    """Append {'id', 'variant', 'messages'} conversations to out (jsonl); skip those present.
+    Jobs run sorted by prompt length within each variant, so a batch's rows need little left
+    padding. Returns the rate: {'tokens': generated, 'seconds', 'tokens_per_s'}."""
     from ..cycle.sampling import SamplingParams
 
     done = set()
@@ -105,7 +109,11 @@ def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dic
             r = json.loads(line)
             done.add((r["id"], r["variant"]))
     eos = set(model.args.eos_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
-    jobs = [(q, v) for v in variants for q in prompts if (q["question_id"], v["name"]) not in done]
+    first_len = {q["question_id"]: len(chat_ids(tok, [{"role": "user", "content": q["turns"][0]}])) for q in prompts}
+    jobs = [(q, v) for v in variants
+            for q in sorted(prompts, key=lambda q: (len(q["turns"]), first_len[q["question_id"]]))
+            if (q["question_id"], v["name"]) not in done]
+    n_tokens, t0 = 0, time.perf_counter()
     bar = tqdm(total=len(jobs), desc="self-distillation", unit="conv")
     with open(out, "a") as fout:
         for i in range(0, len(jobs), batch_size):
@@ -125,9 +133,11 @@ def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dic
                 for name, js in by_var.items():
                     v = next(chunk[j][1] for j in js)
                     sp = SamplingParams(temperature=v.get("temperature", 0.0), top_p=v.get("top_p", 1.0))
-                    gen = torch.Generator().manual_seed(hash((name, i, t)) % (2 ** 31))
+                    # a stable seed (Python's hash() of a str is salted per process)
+                    gen = torch.Generator().manual_seed(zlib.crc32(f"{name}|{i}|{t}".encode()))
                     outs = batched_generate(model, [seqs[live.index(j)] for j in js], max_new_tokens,
                                             sp, gen, eos)
+                    n_tokens += sum(map(len, outs))
                     for j, o in zip(js, outs):
                         convs[j].append({"role": "assistant", "content": tok.decode(o, skip_special_tokens=True)})
             for (q, v), conv in zip(chunk, convs):
@@ -135,6 +145,8 @@ def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dic
             fout.flush()
             bar.update(len(chunk))
     bar.close()
+    dt = time.perf_counter() - t0
+    return {"tokens": n_tokens, "seconds": dt, "tokens_per_s": n_tokens / dt if dt > 0 else 0.0}
 
 
 def conversation_ids(tok, messages: list[dict]) -> tuple[list[int], list[int]]:
@@ -150,14 +162,21 @@ def conversation_ids(tok, messages: list[dict]) -> tuple[list[int], list[int]]:
 
 
 def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, shard_tokens: int = 200_000) -> None:
-    """Run the target over every conversation; save fp16 features + ids + loss masks in shards."""
+    """Run the target over every conversation; save fp16 features + ids + loss masks in shards.
+    With `model.aux_layers` set (an EAGLE-3 cache) also the hidden states entering those layers,
+    side by side [T, k*dim] (`aux`); index.json records the layers, and resuming checks them."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(l) for l in data_path.read_text().splitlines() if l.strip()]
     index_path = out_dir / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {"done": [], "shards": []}
+    layers = list(model.aux_layers)
+    index = json.loads(index_path.read_text()) if index_path.exists() else {"done": [], "shards": [],
+                                                                          "aux_layers": layers}
+    if index.get("aux_layers", []) != layers:
+        raise UserError(f"The feature cache in {out_dir} holds the target layers {index.get('aux_layers', [])}, "
+                        f"not {layers}: use another --out or the same --aux-layers.")
     done = set(map(tuple, index["done"]))
     todo = [r for r in rows if (r["id"], r["variant"]) not in done]
-    buf = {"ids": [], "mask": [], "feat": [], "keys": []}
+    buf = {"ids": [], "mask": [], "feat": [], "aux": [], "keys": []}
     dev = model.lm_head.weight.device
 
     def flush():
@@ -165,9 +184,12 @@ def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, s
             return
         n = len(index["shards"])
         lens = torch.tensor([len(x) for x in buf["ids"]])
-        save_file({"ids": torch.cat([torch.tensor(x) for x in buf["ids"]]),
+        tensors = {"ids": torch.cat([torch.tensor(x) for x in buf["ids"]]),
                    "mask": torch.cat([torch.tensor(x, dtype=torch.uint8) for x in buf["mask"]]),
-                   "feat": torch.cat(buf["feat"]), "lens": lens}, str(out_dir / f"shard{n:03d}.safetensors"))
+                   "feat": torch.cat(buf["feat"]), "lens": lens}
+        if layers:
+            tensors["aux"] = torch.cat(buf["aux"])
+        save_file(tensors, str(out_dir / f"shard{n:03d}.safetensors"))
         index["shards"].append(f"shard{n:03d}.safetensors")
         index["done"] += buf["keys"]
         index_path.write_text(json.dumps(index))
@@ -177,11 +199,16 @@ def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, s
     for r in tqdm(todo, desc="features", unit="conv"):
         ids, mask = conversation_ids(tok, r["messages"])
         ids, mask = ids[:max_len], mask[:max_len]
+        aux = [] if layers else None
         with torch.no_grad():
-            f = model.forward_full(torch.tensor([ids], device=dev))[0]
+            f = model.forward_full(torch.tensor([ids], device=dev), aux)[0]
         buf["ids"].append(ids)
         buf["mask"].append(mask)
         buf["feat"].append(f.half().cpu())
+        if layers:
+            # residual-stream states carry a few huge "attention sink" channels (~2e4 in SmolLM2):
+            # clamp to fp16's range rather than store inf
+            buf["aux"].append(torch.cat(aux, dim=-1)[0].clamp(-65504, 65504).half().cpu())
         buf["keys"].append([r["id"], r["variant"]])
         if sum(len(x) for x in buf["ids"]) >= shard_tokens:
             flush()
@@ -189,7 +216,8 @@ def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, s
 
 
 def load_features(feat_dir: Path) -> list[dict]:
-    """All conversations of a feature cache: [{'ids','mask','feat'}] (feat stays fp16)."""
+    """All conversations of a feature cache: [{'ids','mask','feat'}, plus 'aux' in an EAGLE-3
+    cache] (tensors stay fp16)."""
     index = json.loads((feat_dir / "index.json").read_text())
     convs = []
     keys = iter(index["done"])
@@ -197,7 +225,10 @@ def load_features(feat_dir: Path) -> list[dict]:
         s = load_file(str(feat_dir / name))
         off = 0
         for n in s["lens"].tolist():
-            convs.append({"ids": s["ids"][off:off + n], "mask": s["mask"][off:off + n],
-                          "feat": s["feat"][off:off + n], "key": next(keys)})
+            c = {"ids": s["ids"][off:off + n], "mask": s["mask"][off:off + n],
+                 "feat": s["feat"][off:off + n], "key": next(keys)}
+            if "aux" in s:
+                c["aux"] = s["aux"][off:off + n]
+            convs.append(c)
             off += n
     return convs
