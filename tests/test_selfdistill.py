@@ -33,3 +33,8 @@ def test_batched_generate_matches_single_sequence_greedy(tiny_target):
     got = batched_generate(model, seqs, 20, SamplingParams(temperature=0.0), None, eos)
     assert got == ref
     assert sum(len(r) < 20 for r in ref) >= 2  # >= a quarter of the batch finished early: rows were dropped
+    # the data stage runs on prepacked weights (pack_linears): the same tokens
+    from eagle2.model.llama import pack_linears
+    pack_linears(model)
+    assert model.lm_head.packed is not None
+    assert batched_generate(model, seqs, 20, SamplingParams(temperature=0.0), None, eos) == ref
