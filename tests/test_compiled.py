@@ -120,9 +120,13 @@ def test_head_function_equals_eager_head(tiny):
 def compiled_tiny(tiny, tmp_path_factory):
     """Target packages for tree sizes 1 and 4 (3 and 2 run padded to 4; 5+ run eagerly), the
     head's for 4 (1-3 padded)."""
-    ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=tmp_path_factory.mktemp("aoti"))
+    folder = tmp_path_factory.mktemp("aoti")
+    (folder / "T1.pt2").write_bytes(b"left by a build that stopped")  # not a package: rebuilt
+    ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=folder)
     ct.build()
     assert sorted(ct.runners) == [1, 4] and sorted(ct.head_set.runners) == [4]
+    # each package is unpacked once (its .so maps in well under a second) and the .pt2 dropped
+    assert not list(folder.glob("*.pt2")) and (folder / "T1.so").exists() and (folder / "T1.json").exists()
     yield ct
     tiny.target.compiled = tiny.head.compiled = None
 
@@ -196,9 +200,9 @@ def test_fallbacks(tiny, tmp_path):
     ct = CompiledTarget(tiny.target, buckets=(1,), folder=tmp_path)
     assert ct.runners == {} and ct.run(prefilled(tiny), torch.tensor([3]), torch.tensor([9]), None) is None
     assert ct.describe().startswith("eager forward")
-    (tmp_path / "T1.pt2").write_bytes(b"not a package")
+    (tmp_path / "T1.so").write_bytes(b"not a package")
     ct.poll()
-    assert ct.runners == {} and "unusable" in ct.describe() and not (tmp_path / "T1.pt2").exists()
+    assert ct.runners == {} and "unusable" in ct.describe() and not (tmp_path / "T1.so").exists()
     assert attach(tiny, "no").startswith("eager forward") and tiny.target.compiled is None
     assert tiny.head.compiled is None
 

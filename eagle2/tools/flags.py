@@ -38,13 +38,13 @@ def recalibrate(a, bundle) -> None:
 
 def add_compile_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
     """`default` "auto" uses the compiled packages already built (bench, profile: steady state);
-    "no" keeps the eager forward unless --compile is given (generate: loading the packages takes
-    ~7 s, more than a one-shot answer of a few hundred tokens gains; benchmarks/README.md)."""
+    "no" keeps the eager forward unless --compile is given (generate: with the packages a default
+    128-token answer still finished 1-2 s later, measured; benchmarks/README.md)."""
     p.add_argument("--compile", dest="compile", nargs="?", const="yes", default=default, choices=("auto", "yes", "no"),
                    help="the target's compiled forward (CPU float32): --compile builds any missing package first "
                         "(minutes, once per machine), then uses them" +
                         ("; default: use the packages already built" if default == "auto" else
-                         "; default: the eager forward (it starts ~7 s sooner)"))
+                         "; default: the eager forward (a default-length answer finishes sooner)"))
     p.add_argument("--no-compile", dest="compile", action="store_const", const="no",
                    help="the eager forward only (the reference path)")
 
