@@ -1,4 +1,4 @@
-"""`python -m eagle2 generate|fetch|bench|train|profile|compile ...`: the command-line entry points.
+"""`python -m eagle2 generate|fetch|bench|train|profile|compile|prompts ...`: the command-line entry points.
 
 A UserError (bad input, missing weights) prints one clear line on stderr and exits 2, never a
 traceback.
@@ -16,7 +16,7 @@ from ..policies.registry import default_policy
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, recalibrate, sampling_from)
 
-TOOLS = ("bench", "train", "profile", "compile")  # sub-commands with parsers of their own
+TOOLS = ("bench", "train", "profile", "compile", "prompts")  # sub-commands with parsers of their own
 
 
 def build_parser() -> argparse.ArgumentParser:
