@@ -207,6 +207,12 @@ def test_fallbacks(tiny, tmp_path):
     assert tiny.head.compiled is None
 
 
+def test_a_torch_without_the_package_loader_stays_eager(tiny, monkeypatch):
+    monkeypatch.delattr(torch._C._aoti, "AOTIModelContainerRunnerCpu")
+    line = attach(tiny, "auto")
+    assert tiny.target.compiled is None and "cannot load compiled packages" in line
+
+
 def test_profile_times_the_draft_call_both_ways(tiny, compiled_tiny):
     from eagle2.tools.profile import draft_calls_s
     tiny.head.compiled = compiled_tiny

@@ -336,6 +336,9 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
         return "eager forward (an EAGLE-3 head reads inner layers' states, which the compiled forward does not return)"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:
         return f"eager forward (the compiled forward is built for CPU float32, not {bundle.device.type} {bundle.dtype})"
+    if not hasattr(getattr(torch._C, "_aoti", None), "AOTIModelContainerRunnerCpu"):
+        # without the loader every package would look corrupt and be rebuilt at each start
+        return f"eager forward (torch {torch.__version__} cannot load compiled packages)"
     ct = CompiledTarget(t, compilable_head(bundle))
     if mode == "yes":
         ct.build(log)
