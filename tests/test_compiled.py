@@ -207,6 +207,14 @@ def test_fallbacks(tiny, tmp_path):
     assert tiny.head.compiled is None
 
 
+def test_compile_status_lists_the_packages_on_disk(tiny, monkeypatch, tmp_path):
+    from eagle2.model import compiled
+    monkeypatch.setattr(compiled, "package_dir", lambda model: tmp_path)
+    (tmp_path / "T4.so").write_bytes(b"x" * 10)
+    (tmp_path / "T8.so.123.part").write_bytes(b"half")  # a package still being written is not listed
+    assert compiled.compile_report(tiny.target) == {"folder": str(tmp_path), "packages": {"T4.so": 10}}
+
+
 def test_a_torch_without_the_package_loader_stays_eager(tiny, monkeypatch):
     monkeypatch.delattr(torch._C._aoti, "AOTIModelContainerRunnerCpu")
     line = attach(tiny, "auto")
