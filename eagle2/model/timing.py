@@ -116,11 +116,17 @@ def store_profile(bundle, t: dict[int, float]) -> None:
     tmp.replace(path)
 
 
+def cached_profile(bundle) -> dict[int, float] | None:
+    """The t(N) table cached for this bundle as stored: the last one measured or corrected by live
+    timings (CostTable), plausible or not."""
+    cached = _read_cache().get(_cache_key(bundle))
+    return {int(k): float(v) for k, v in cached.items()} if isinstance(cached, dict) else None
+
+
 def verify_profile(bundle, refresh: bool = False, measure: bool = True) -> dict[int, float] | None:
     """t(N) for this bundle on this machine: from the cache if it is plausible, else measured now
     (seconds) and cached (with measure=False: None when no plausible table is cached)."""
-    cached = _read_cache().get(_cache_key(bundle))
-    t = {int(k): float(v) for k, v in cached.items()} if isinstance(cached, dict) else None
+    t = cached_profile(bundle)
     if not refresh and t is not None and plausible(t):
         return t
     if not measure:
