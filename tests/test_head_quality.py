@@ -34,6 +34,7 @@ def test_shipped_head_tau_on_heldout_prompts(real_bundle, policy):
         toks += len(d.generated)
         fwds += d.target_forwards
     tau = toks / fwds
-    # a random head gives tau = 1.00 here; the shipped head measured 2.60 on these prompts (1
-    # thread; the heads before it 2.53 and 2.31). The bar is 2.5.
+    # a random head gives tau = 1.00 here; the shipped head (stage 4, more varied data) measured
+    # 2.56 on these prompts (2 threads), the one before it 2.59-2.60 and earlier ones 2.53 and
+    # 2.31: its higher held-out agreement did not move tau on these 3 prompts. The bar is 2.5.
     assert tau >= 2.5, f"EAGLE-2 tau with the shipped head is {tau:.2f} (< 2.5)"

@@ -191,6 +191,26 @@ def test_init_fine_tunes_an_eagle3_folder(run, target, tmp_path):
     assert "heldout_top1_step3" in log["epochs"][-1]
     tuned = load_file(str(out / "head" / "model.safetensors"))
     assert torch.equal(tuned["d2t"], load_file(str(run / "head" / "model.safetensors"))["d2t"])  # vocabulary kept
+    # --epochs 0 evaluates a head on the held-out cache and stops (how heads are compared)
+    ev = tmp_path / "eval"
+    assert cli(target[0], ev, "--features", run, "--stages", "train", "--init", out / "head", "--epochs", 0,
+               "--batch-tokens", 256, "--ttt-steps", 3) == 0
+    only = json.loads((ev / "train_log.json").read_text())["epochs"]
+    assert len(only) == 1 and only[0]["epoch"] == 0 and "heldout_top1_step3" in only[0]
+    assert abs(only[0]["heldout_top1"] - log["epochs"][-1]["heldout_top1"]) < 2e-2
+
+
+def test_eagle12_head_trains_on_the_eagle3_cache(run, target, tmp_path):
+    """One pass of the target serves both kinds: the EAGLE-3 cache holds the final features too."""
+    out = tmp_path / "eagle12"
+    assert train_main(["--target", str(target[0]), "--out", str(out), "--threads", "1", "--features", str(run),
+                       "--stages", "train", "--epochs", "2", "--batch-tokens", "256", "--draft-vocab", "48"]) == 0
+    cfg = json.loads((out / "head" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    assert load_file(str(out / "head" / "model.safetensors"))["fc.weight"].shape == (H, 2 * H)
+    convs = load_features(run / "features3_train", aux=False)
+    assert convs and all("aux" not in c for c in convs)
+    assert len(json.loads((out / "train_log.json").read_text())["epochs"]) == 2
 
 
 def test_init_of_the_other_kind_is_a_user_error(run, target, tmp_path):

@@ -142,13 +142,21 @@ class PackageSet:
         return next((b for b in self.buckets if b >= T and b in self.runners), None)
 
 
-def _padded_mask(mask: torch.Tensor, T: int, B: int, tree: int) -> torch.Tensor:
-    """mask [T, tree + T] -> [B, tree + B]: pad rows see only themselves."""
+def _pad_rows(B: int, tokens, positions, tree_mask, tree: int = 0, features=None):
+    """T rows -> a bucket of B: pad tokens (id 0) at the last position, seeing only themselves
+    (mask [T, tree + T] -> [B, tree + B]); their outputs are dropped. A None mask is causal."""
+    T = tokens.numel()
+    mask = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril() if tree_mask is None else tree_mask
+    if B == T:
+        return tokens, positions, mask, features
     full = torch.zeros(B, tree + B, dtype=torch.bool, device=mask.device)
     full[:T, :tree + T] = mask
     idx = torch.arange(T, B, device=mask.device)
     full[idx, tree + idx] = True
-    return full
+    if features is not None:
+        features = torch.cat([features, features.new_zeros(B - T, features.shape[1])])
+    return (torch.cat([tokens, tokens.new_zeros(B - T)]), torch.cat([positions, positions[-1:].expand(B - T)]),
+            full, features)
 
 
 class CompiledTarget:
@@ -274,11 +282,7 @@ class CompiledTarget:
         start = cache.length
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
-        mask = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril() if tree_mask is None else tree_mask
-        if B > T:
-            tokens = torch.cat([tokens, tokens.new_zeros(B - T)])
-            positions = torch.cat([positions, positions[-1:].expand(B - T)])
-            mask = _padded_mask(mask, T, B, 0)
+        tokens, positions, mask, _ = _pad_rows(B, tokens, positions, tree_mask)
         feats, logits, new_k, new_v = self.target.runners[B](tokens, m._cos[positions], m._sin[positions],
                                                              cache.k, cache.v, torch.tensor(start), mask)
         cache.k[:, :, :, start:start + T] = new_k[:, :, :, :T]
@@ -300,12 +304,7 @@ class CompiledTarget:
         if start + T > cache.max_len:
             return None  # the eager path raises the cache-full error
         tree = start - committed
-        mask = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril() if tree_mask is None else tree_mask
-        if B > T:
-            tokens = torch.cat([tokens, tokens.new_zeros(B - T)])
-            positions = torch.cat([positions, positions[-1:].expand(B - T)])
-            features = torch.cat([features, features.new_zeros(B - T, features.shape[1])])
-            mask = _padded_mask(mask, T, B, tree)
+        tokens, positions, mask, features = _pad_rows(B, tokens, positions, tree_mask, tree, features)
         g, logp, new_k, new_v = hs.runners[B](h.embed_tokens(tokens), features, h._cos[positions], h._sin[positions],
                                               cache.k[0], cache.v[0], torch.tensor(committed), torch.tensor(start),
                                               mask)

@@ -13,7 +13,8 @@ import zlib
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ..errors import UserError
@@ -215,14 +216,15 @@ def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, s
     flush()
 
 
-def load_features(feat_dir: Path) -> list[dict]:
+def load_features(feat_dir: Path, aux: bool = True) -> list[dict]:
     """All conversations of a feature cache: [{'ids','mask','feat'}, plus 'aux' in an EAGLE-3
-    cache] (tensors stay fp16)."""
+    cache unless aux=False] (tensors stay fp16)."""
     index = json.loads((feat_dir / "index.json").read_text())
     convs = []
     keys = iter(index["done"])
     for name in index["shards"]:
-        s = load_file(str(feat_dir / name))
+        with safe_open(str(feat_dir / name), "pt") as f:
+            s = {k: f.get_tensor(k) for k in f.keys() if aux or k != "aux"}
         off = 0
         for n in s["lens"].tolist():
             c = {"ids": s["ids"][off:off + n], "mask": s["mask"][off:off + n],

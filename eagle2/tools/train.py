@@ -27,7 +27,7 @@ from ..model.loading import load_target, pick_device
 from ..model.weights import ASSETS, hub_download, resolve_target
 from .flags import add_model_args, apply_threads
 from .selfdistill import extract_features, generate_data, load_features, read_prompts
-from .train_heads import KINDS, build_head, cache_name, model_card, objective, parse_aux_layers, save
+from .train_heads import KINDS, build_head, cache_for, cache_name, model_card, objective, parse_aux_layers, save
 from .train_loss import Objective, collate, head_loss
 
 VARIANTS = {"greedy": {"name": "greedy", "temperature": 0.0},
@@ -173,7 +173,7 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = random.Random(a.seed)
     steps_per_epoch = sum(1 for _ in batches(train_convs, a.batch_tokens, True, random.Random(0)))
-    total = steps_per_epoch * a.epochs
+    total = max(1, steps_per_epoch * a.epochs)  # --epochs 0: evaluate an --init head only
     warm = max(1, total // 50)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
@@ -199,6 +199,7 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
                                                                          held_top1, eval_obj, eval_steps),
                               "wall_s": 0.0})
         print(json.dumps(log["epochs"][-1]))
+        (out / "train_log.json").write_text(json.dumps(log, indent=2))  # --epochs 0 evaluates a head and stops
     t_start = time.time() - (log["epochs"][-1]["wall_s"] if log["epochs"] else 0.0)  # resumed runs keep counting
     for epoch in range(start_epoch, a.epochs):
         run_loss, run_agree, losses = train_epoch(a, head, train_convs, device, opt, sched, params, rng,
@@ -221,6 +222,8 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     if not 1 <= a.ttt_steps <= 8:
         raise UserError(f"--ttt-steps must be in [1, 8] (got {a.ttt_steps}).")
+    if a.epochs < 0:
+        raise UserError(f"--epochs must be >= 0 (0 with --init evaluates that head; got {a.epochs}).")
     if a.ttt_weight < 0:
         raise UserError(f"--ttt-weight must be >= 0 (got {a.ttt_weight}).")
     if a.aux_layers is not None and a.head_kind != "eagle3":
@@ -274,8 +277,9 @@ def main(argv=None) -> int:
         for p in target.parameters():
             p.requires_grad_(False)
         feats = Path(a.features) if a.features else out
+        caches = {split: cache_for(feats, a.head_kind, split) for split in ("train", "heldout")}
         for split in ("train", "heldout"):
-            if not (feats / cache_name(a.head_kind, split) / "index.json").exists():
+            if caches[split] is None:
                 raise UserError(f"No {split} feature cache for --head-kind {a.head_kind} in {feats} "
                                 f"({cache_name(a.head_kind, split)}): run the features stage first, or point "
                                 f"--features at a run folder that has one.")
@@ -286,9 +290,10 @@ def main(argv=None) -> int:
                 raise UserError(f"The feature cache in {feats} holds the target layers {list(cached)}, not "
                                 f"{list(aux)}: extract features with that --aux-layers into another --out.")
             aux = cached
-        train_convs = load_features(feats / cache_name(a.head_kind, "train"))
-        held_convs = load_features(feats / cache_name(a.head_kind, "heldout"))
-        print(f"training on {len(train_convs)} conversations "
+        aux_too = a.head_kind == "eagle3"  # an EAGLE-1/2 head reading an EAGLE-3 cache leaves its layers on disk
+        train_convs = load_features(caches["train"], aux_too)
+        held_convs = load_features(caches["heldout"], aux_too)
+        print(f"{caches['train'].name}: training on {len(train_convs)} conversations "
               f"({sum(len(c['ids']) for c in train_convs)} tokens), held-out {len(held_convs)}")
         train_head(a, target, train_convs, held_convs, dev, aux)
     return 0

@@ -21,6 +21,15 @@ def cache_name(kind: str, split: str) -> str:
     return f"{'features3' if kind == 'eagle3' else 'features'}_{split}"
 
 
+def cache_for(feats: Path, kind: str, split: str) -> Path | None:
+    """The cache a head of `kind` trains on: its own, or for EAGLE-1/2 an EAGLE-3 cache, which
+    holds the final features too (so one pass of the target over the data serves both kinds)."""
+    for k in (kind, "eagle3") if kind == "eagle" else (kind,):
+        if (feats / cache_name(k, split) / "index.json").exists():
+            return feats / cache_name(k, split)
+    return None
+
+
 def parse_aux_layers(spec: str | None, n_layers: int) -> tuple[int, ...]:
     """--aux-layers "2,15,27" (the target layers whose input states the head reads; n_layers = the
     last layer's output), or None for EAGLE-3's default (2, L//2, L-3)."""
