@@ -230,6 +230,10 @@ def test_init_of_the_other_kind_is_a_user_error(run, target, tmp_path):
     a = build_parser().parse_args(["--out", str(run), "--draft-vocab", "48"])
     with pytest.raises(UserError, match="resumes an EAGLE-3 head, not EAGLE-1/2"):
         train_head(a, tgt, convs, convs, torch.device("cpu"))
+    with pytest.raises(UserError, match="--epochs 0 evaluates the head folder given with --init"):
+        train_main(["--out", str(tmp_path / "o7"), "--epochs", "0"])
+    with pytest.raises(UserError, match="--epochs must be >= 0"):
+        train_main(["--out", str(tmp_path / "o8"), "--epochs", "-1", "--init", str(run / "head")])
     with pytest.raises(UserError, match="--aux-layers is for --head-kind eagle3"):
         train_main(["--out", str(tmp_path / "o4"), "--aux-layers", "1,2,3"])
     with pytest.raises(UserError, match="--aux-layers must name"):

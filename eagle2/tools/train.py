@@ -224,6 +224,8 @@ def main(argv=None) -> int:
         raise UserError(f"--ttt-steps must be in [1, 8] (got {a.ttt_steps}).")
     if a.epochs < 0:
         raise UserError(f"--epochs must be >= 0 (0 with --init evaluates that head; got {a.epochs}).")
+    if a.epochs == 0 and a.init in ("random", "last-layer"):
+        raise UserError("--epochs 0 evaluates the head folder given with --init; without one there is nothing to do.")
     if a.ttt_weight < 0:
         raise UserError(f"--ttt-weight must be >= 0 (got {a.ttt_weight}).")
     if a.aux_layers is not None and a.head_kind != "eagle3":
@@ -284,7 +286,7 @@ def main(argv=None) -> int:
                                 f"({cache_name(a.head_kind, split)}): run the features stage first, or point "
                                 f"--features at a run folder that has one.")
         if a.head_kind == "eagle3":  # the layers the cache holds; a different --aux-layers needs its own cache
-            index = json.loads((feats / cache_name("eagle3", "train") / "index.json").read_text())
+            index = json.loads((caches["train"] / "index.json").read_text())
             cached = tuple(index.get("aux_layers", ()))
             if a.aux_layers is not None and aux != cached:
                 raise UserError(f"The feature cache in {feats} holds the target layers {list(cached)}, not "
