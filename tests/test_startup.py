@@ -4,22 +4,17 @@ a local path and is not there says "no such folder"; bad start-up options fail a
 names the head, never a machine path."""
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from app_process import REPO, App
 from eagle2.errors import UserError
 from eagle2.model.loading import check_sources, head_label
 from eagle2.model.weights import PRESETS, is_hub_id, local_folder, looks_like_path, resolve_target
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("name", ["/nonexistent", "./nope", "../nope", "~/nope-eagle2-head", "runs/stage3/head",
@@ -62,54 +57,6 @@ def test_head_label_is_a_name_not_a_machine_path(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ python app.py, for real
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class App:
-    """`python app.py ARGS` on a free port, stdout and stderr each in a file."""
-
-    def __init__(self, tmp_path: Path, *args: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-        env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS="1", PYTHONUNBUFFERED="1")
-        with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--host", "127.0.0.1",
-                                          "--port", str(self.port), *args], cwd=REPO, env=env, stdout=o,
-                                         stderr=e, start_new_session=True)
-
-    def text(self) -> tuple[str, str]:
-        return self.out.read_text(), self.err.read_text()
-
-    def wait_for(self, fragment: str, stream: int, timeout: float = 240.0) -> str:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            text = self.text()[stream]
-            if fragment in text:
-                return text
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.5)
-        out, err = self.text()
-        pytest.fail(f"no {fragment!r} (exit {self.proc.poll()}):\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}")
-
-    def serves(self) -> bool:
-        with urllib.request.urlopen(self.url + "/", timeout=10) as r:
-            return r.status == 200
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
 
 def test_app_says_when_the_model_is_ready(tmp_path, tiny_target):
     folder, _ = tiny_target("startup", vocab=97, max_pos=64)

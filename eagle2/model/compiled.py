@@ -78,14 +78,28 @@ def unpack(pt2: Path, so: Path) -> None:
     pt2.unlink()
 
 
-class Runner:
-    """A compiled function loaded from its .so (the op table beside it); called like the function."""
+RUN_SLOTS = 4  # model instances per package: callers that can run one at once (they share the weights)
 
-    def __init__(self, so: Path):
-        self.container = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), 1)
+
+class Runner:
+    """A compiled function loaded from its .so (the op table beside it); called like the function,
+    from any number of threads.
+
+    Why the semaphore: the container hands each call one of its `slots` model instances and, when
+    none is free, waits for one in C++ while the caller still holds the GIL. The graph calls back
+    into Python for its attention op (exported.py), so the call holding the instance then waits for
+    the GIL: a deadlock of the whole process as soon as more threads call than there are
+    instances. Waiting here instead, on a Python semaphore, releases the GIL, so the container never
+    waits. The instances share the package's weights (one constant map per container): a slot
+    costs only its activations."""
+
+    def __init__(self, so: Path, slots: int = RUN_SLOTS):
+        self.container = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), slots)
+        self.slots = threading.BoundedSemaphore(slots)
 
     def __call__(self, *args):
-        return self.container.run(list(args))
+        with self.slots:
+            return self.container.run(list(args))
 
 
 class PackageSet:

@@ -1,0 +1,65 @@
+"""`python app.py` in its own process, for tests that need the real server (a free port, its
+output in files, every wait bounded, the whole process group stopped at the end)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class App:
+    """`python app.py ARGS` on a free port, stdout and stderr each in a file; `env` adds variables."""
+
+    def __init__(self, tmp_path: Path, *args: str, env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+        full_env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS="1", PYTHONUNBUFFERED="1",
+                        **(env or {}))
+        with open(self.out, "w") as o, open(self.err, "w") as e:
+            self.proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--host", "127.0.0.1",
+                                          "--port", str(self.port), *args], cwd=REPO, env=full_env, stdout=o,
+                                         stderr=e, start_new_session=True)
+
+    def text(self) -> tuple[str, str]:
+        return self.out.read_text(), self.err.read_text()
+
+    def wait_for(self, fragment: str, stream: int, timeout: float = 240.0) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            text = self.text()[stream]
+            if fragment in text:
+                return text
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        out, err = self.text()
+        pytest.fail(f"no {fragment!r} (exit {self.proc.poll()}):\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}")
+
+    def serves(self) -> bool:
+        with urllib.request.urlopen(self.url + "/", timeout=10) as r:
+            return r.status == 200
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()

@@ -1,0 +1,132 @@
+"""Many visitors at once against the real server (`python app.py` in its own process, on the
+compiled forward): every Step answers, Run and Stop work from several sessions, and the server
+still answers afterwards. Every wait is bounded: a server that hangs fails the test, it never
+hangs the suite.
+
+The packages are the tiny model's (seconds to build): they reproduce the deadlock that two
+sessions stepping at once caused on the compiled path (model/compiled.py, Runner).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from test_app import STEP_API, ui
+from app_process import REPO, App
+STEP_TIMEOUT = 90.0   # one Step of the tiny model takes well under a second; a hang never answers
+
+
+@pytest.fixture(scope="module")
+def tiny_compiled(tiny_target, tmp_path_factory):
+    """A tiny model and a cache folder holding its compiled packages (the app's default buckets
+    and the head's), built for one thread, as `python -m eagle2 compile` builds them."""
+    folder, _ = tiny_target("serving")
+    cache = tmp_path_factory.mktemp("serving-cache")
+    env = dict(os.environ, EAGLE2_CACHE=str(cache))
+    r = subprocess.run([sys.executable, "-m", "eagle2", "compile", "--target", str(folder), "--head", "random",
+                        "--threads", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "compiled forward and draft head" in r.stdout, r.stdout[-2000:]
+    return folder, cache
+
+
+@pytest.fixture()
+def server(tiny_compiled, tmp_path):
+    folder, cache = tiny_compiled
+    app = App(tmp_path, "--target", str(folder), "--head", "random", "--threads", "1", "--concurrency", "4",
+              env={"EAGLE2_CACHE": str(cache)})
+    try:
+        out = app.wait_for("ready at", 0, timeout=180)
+        ready = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
+        assert "compiled forward and draft head" in ready, ready   # the path that deadlocked
+        yield app
+    finally:
+        app.stop()
+
+
+def answers(app, timeout: float = 15.0) -> bool:
+    with urllib.request.urlopen(app.url + "/gradio_api/info", timeout=timeout) as r:
+        return r.status == 200
+
+
+def client(app):
+    from gradio_client import Client
+    return Client(app.url + "/", verbose=False, download_files=False)
+
+
+# Trees within the compiled buckets (8 nodes, the head's calls of up to 4), plain decoding at 1
+SETTINGS = dict(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, max_new_tokens=40)
+
+
+def run_threads(fn, n: int, timeout: float) -> list[str]:
+    """fn(i) in n threads started together; the errors (a thread still running counts as one)."""
+    errors: list[str] = []
+    barrier = threading.Barrier(n, timeout=60)
+
+    def body(i):
+        try:
+            barrier.wait()
+            fn(i)
+        except Exception as e:  # reported by the caller
+            errors.append(f"session {i}: {type(e).__name__}: {e}")
+
+    th = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in th:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in th:
+        t.join(max(0.0, deadline - time.monotonic()))
+    errors += [f"session {i}: no answer within {timeout:.0f} s" for i, t in enumerate(th) if t.is_alive()]
+    return errors
+
+
+def test_many_sessions_step_at_once_on_the_compiled_path(server):
+    """K = 6 sessions, each its own client, press Step 4 times at the same moment: every Step
+    answers with its own session's next cycle, and the server answers afterwards."""
+    K, S = 6, 4
+    statuses: dict[int, list[str]] = {}
+
+    def student(i):
+        c = client(server)
+        prompt = " ".join(f"w{(i * 7 + j) % 90 + 1}" for j in range(5))
+        got = []
+        for _ in range(S):
+            out = c.submit(prompt, *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)
+            got.append(dict(zip(STEP_API, out))["status"])
+        statuses[i] = got
+
+    errors = run_threads(student, K, timeout=K * S * STEP_TIMEOUT)
+    assert answers(server), "the server stopped answering"
+    assert not errors, errors
+    for i in range(K):
+        assert [f"cycle {n}" in s for n, s in enumerate(statuses[i], 1)] == [True] * S, statuses[i]
+
+
+def test_run_and_stop_from_two_sessions(server):
+    """Two sessions press Run at once, each presses Stop after a few cycles: both runs end (stopped,
+    not finished) within bounded time, each session can Step on from where it stopped, and the
+    server answers afterwards."""
+    def student(i):
+        c = client(server)
+        prompt = f"w{i + 3} w{i + 5} w{i + 9}"
+        job = c.submit(prompt, *ui(**SETTINGS), api_name="/run")
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while len(job.outputs()) < 3:          # a few streamed cycles
+            assert not job.done() and time.monotonic() < deadline, "Run streamed no cycles"
+            time.sleep(0.05)
+        c.predict(api_name="/on_stop")
+        last = dict(zip(STEP_API, job.result(timeout=STEP_TIMEOUT)))
+        n = int(last["status"].split("cycle ")[1].split(" ")[0])
+        assert "finished" not in last["status"], last["status"]
+        out = c.submit(prompt, *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)
+        assert f"cycle {n + 1} " in dict(zip(STEP_API, out))["status"]
+
+    errors = run_threads(student, 2, timeout=4 * STEP_TIMEOUT)
+    assert answers(server), "the server stopped answering"
+    assert not errors, errors
