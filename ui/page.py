@@ -11,6 +11,7 @@ from viz.tokens import TOKEN_CSS
 from .dashboard import OPEN, render
 from .handlers import REPLAY_SOURCE, live_status, on_explain, trace_info
 from .model import MODEL
+from .session import POOL
 from .tabs.explain import build_explain_tab
 from .tabs.live import build_live_tab
 from .tabs.replay import build_replay_tab
@@ -71,7 +72,20 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
 
         timer.tick(model_status, None, [model_md, timer], show_progress="hidden")
         demo.load(on_page_load, None, [model_md, timer], show_progress="hidden")
+
+        def on_close(request: gr.Request) -> None:
+            free_closed_tab(demo, sess, request)
+        demo.unload(on_close)
     return demo
+
+
+def free_closed_tab(demo: gr.Blocks, sess: gr.State, request: gr.Request) -> None:
+    """A tab closed (its heartbeat ended): free its session's decoders now. Gradio itself keeps a
+    closed tab's state for an hour, in case it reopens; the traces stay with it."""
+    state = getattr(demo, "state_holder", None)
+    tab = state.session_data.get(request.session_hash) if state is not None and request is not None else None
+    if tab is not None:
+        POOL.forget(tab.state_data.get(sess._id))
 
 
 def launch(host: str = "127.0.0.1", port: int = 7860, concurrency: int = 2, block: bool = True) -> gr.Blocks:

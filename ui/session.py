@@ -2,6 +2,13 @@
 of it: settings read from the controls, Stop, a View to draw, and an export with every series."""
 from __future__ import annotations
 
+import ctypes
+import os
+import threading
+import time
+import weakref
+from collections import OrderedDict
+
 import viz
 from eagle2.cycle.race import Race, RaceSettings
 from eagle2.cycle.trace import Trace
@@ -54,11 +61,40 @@ class Settings(RaceSettings):
 
 
 class Session(Race):
-    """One browser session: the engine's lockstep race, plus what the page needs of it."""
+    """One browser session: the engine's lockstep race, plus what the page needs of it. Its
+    decoders' KV caches (about 30 MB at the default settings) are freed when it stays idle or when
+    other sessions need the room (LivePool); its traces stay to be browsed, explained and exported."""
 
     def __init__(self):
         super().__init__()
         self.stop_requested = False   # set by Stop; Run ends after the cycle in progress
+        self.released: str | None = None   # why its decoders were freed, once they are
+
+    def start(self, bundle, prompt: str, s: RaceSettings) -> None:
+        super().start(bundle, prompt, s)
+        self.released = None
+        POOL.touch(self)
+
+    def tick(self) -> None:
+        if self.released:
+            raise UserError(f"This session's decoders were freed {self.released}, to make room for other "
+                            "visitors. Its cycles are still here to browse, explain and export; press Reset "
+                            "(or edit the prompt) to start again.")
+        POOL.touch(self)
+        super().tick()
+
+    def release(self, why: str) -> bool:
+        """Free the decoders' KV caches (a step in progress keeps them: False)."""
+        if not self.started or self.released or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            for d in self.decoders:
+                d.cache = d.hcache = None
+                d.pending = d.root_g = d.root_logp = None
+            self.released = why
+        finally:
+            self.lock.release()
+        return True
 
     def __deepcopy__(self, memo):  # gr.State copies its value; a session is never shared
         return self
@@ -79,3 +115,86 @@ class Session(Race):
         meta[VIZ_KEY] = {"series": v.series[1:], "previews": [p.to_dict() for p in self.previews.values()],
                          "compare_policy": self.cmp.policy_name}
         return Trace(meta=meta, steps=list(self.main.trace.steps))
+
+
+class LivePool:
+    """The sessions whose decoders hold memory, least recently used first. Touching one (a start, a
+    Step) frees the least recently used others beyond `cap`; a sweeper thread frees those idle for
+    more than `idle_s` seconds. Weak references: a session Gradio has dropped is not kept alive.
+
+    Why: a class or a public Space opens many sessions, and a closed tab's state stays with Gradio
+    for an hour; without this the server's memory grows by the decoders of every visitor."""
+
+    def __init__(self, cap: int, idle_s: float):
+        self.cap, self.idle_s = max(1, cap), idle_s
+        self._lock = threading.Lock()
+        self._live: OrderedDict[int, tuple[weakref.ref, float]] = OrderedDict()
+        self._sweeper: threading.Thread | None = None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(1 for ref, _ in self._live.values() if ref() is not None)
+
+    def touch(self, sess: Session) -> None:
+        with self._lock:
+            self._live[id(sess)] = (weakref.ref(sess), time.monotonic())
+            self._live.move_to_end(id(sess))
+            over = len(self._live) - self.cap
+            victims = [ref() for ref, _ in list(self._live.values())[:max(0, over)]]
+            if self._sweeper is None and self.idle_s > 0:
+                self._sweeper = threading.Thread(target=self._sweep_forever, daemon=True, name="eagle2-session-sweeper")
+                self._sweeper.start()
+        self._free([v for v in victims if v is not None and v is not sess], "while it was the least recently used")
+
+    def sweep(self) -> int:
+        """Free the sessions idle for more than idle_s; how many were freed."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [ref() for ref, t in self._live.values() if now - t > self.idle_s]
+        return self._free([s for s in idle if s is not None], f"after {self.idle_s / 60:.0f} minutes idle")
+
+    def forget(self, sess) -> None:
+        """A closed tab: free its session now."""
+        if isinstance(sess, Session):
+            self._free([sess], "when its tab was closed")
+
+    def _free(self, sessions: list, why: str) -> int:
+        n = 0
+        for s in sessions:
+            if s.release(why) or s.released:
+                with self._lock:
+                    self._live.pop(id(s), None)
+                n += 1
+        with self._lock:  # drop references to sessions already gone
+            for k in [k for k, (ref, _) in self._live.items() if ref() is None]:
+                del self._live[k]
+        if n:
+            trim_heap()
+        return n
+
+    def _sweep_forever(self) -> None:
+        while True:
+            time.sleep(max(1.0, min(60.0, self.idle_s / 4)))
+            self.sweep()
+
+
+def trim_heap() -> None:
+    """Hand freed memory back to the system. glibc's malloc keeps it otherwise: once a KV cache
+    (~10 MB) has been freed, its dynamic mmap threshold rises above that size, later caches come
+    from the heap, and their pages stay with the process (measured: benchmarks/classroom/)."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
+_libc = None
+
+# Sessions holding decoders at once, and the idle time after which a session's are freed
+# (EAGLE2_MAX_SESSIONS, EAGLE2_SESSION_IDLE in seconds): the figures are in benchmarks/classroom/.
+POOL = LivePool(int(os.environ.get("EAGLE2_MAX_SESSIONS", 64)), float(os.environ.get("EAGLE2_SESSION_IDLE", 900)))
