@@ -333,7 +333,9 @@ def test_user_errors_warn_and_keep_the_session(bundle):
     before = len(sess.main.trace.steps)
     with pytest.warns(UserWarning, match="prompt is empty"):
         out = handlers.on_step(sess, "   ", *ui())
-    assert list(out) == list(handlers.LIVE) and all(isinstance(o, SKIP) for o in out.values())
+    assert list(out) == list(handlers.LIVE) and all(isinstance(o, SKIP) for n, o in out.items() if n != "status")
+    assert "The prompt is empty: type something" in out["status"]               # the status line says it too,
+    assert out["status"].startswith(handlers.live_status(sess))                # under where the session stands
     with pytest.warns(UserWarning, match="Depth must be a whole number"):
         handlers.on_step(sess, "Say hello.", *ui(depth=2.5))
     with pytest.warns(UserWarning, match="depth must be an integer in"):
@@ -348,6 +350,34 @@ def test_user_errors_warn_and_keep_the_session(bundle):
         sess.tick()
     with pytest.warns(UserWarning, match="has finished"):
         handlers.on_step(sess, "Say hello.", *ui())
+
+
+def test_a_refused_step_says_what_to_do_on_the_status_line():
+    """Step or Run with an empty prompt on a new page: one warning, and the status line (which
+    read "... until you press Step") says what to do; no session is made, nothing else changes."""
+    for press in (lambda: handlers.on_step(None, "  ", *ui()),
+                  lambda: next(handlers.on_run(None, "", *ui()))):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out = press()
+        assert [str(x.message) for x in w] == [
+            "The prompt is empty: type something in the prompt box (or pick an example), then press Step."]
+        assert out["status"] == f"**{w[0].message}**"
+        assert list(out) == list(handlers.LIVE)
+        assert all(isinstance(o, SKIP) for n, o in out.items() if n != "status")   # the session stays None
+
+
+def test_the_prompt_starts_with_an_example():
+    """A first visitor can press Step at once: the prompt box holds the first example prompt,
+    which the example picker also offers; the page says it shows the recorded trace until Step."""
+    from ui.traces import load_examples
+    first = next(iter(load_examples().values()))[0]
+    cfg = build_app(device="cpu").config
+    props = {c["props"].get("elem_id"): c["props"] for c in cfg["components"]}
+    assert props["prompt"]["value"] == first and first.strip()
+    assert any(label.endswith(f" · {first}") for label, _ in props["examples"]["choices"])
+    assert props["examples"].get("value") is None          # picking the first example still fills it
+    assert "until you press **Step**" in props["live-status"]["value"]
 
 
 def test_malformed_trace_upload_gives_clear_error_and_keeps_state(tmp_path):
@@ -376,6 +406,80 @@ def test_malformed_trace_upload_gives_clear_error_and_keeps_state(tmp_path):
     assert again["tree"].layout.title.text.startswith(f"Cycle {cyc} ")
 
 
+def unreadable_uploads(tmp_path) -> dict[str, tuple[Path, str]]:
+    """name -> (file, what its warning must say): every way an upload can fail to be a trace."""
+    from ui.traces import MAX_UPLOAD_MB
+    good = json.loads(next(iter(shipped_traces().values())).read_text(encoding="utf-8"))
+
+    def edited(change) -> str:
+        d = json.loads(json.dumps(good))
+        change(d)
+        return json.dumps(d)
+
+    def cyclic_tree(d):
+        d["steps"][2]["tree"]["parents"][1:3] = [2, 1]       # two nodes each other's parent
+    files = {
+        "deep list": ("[" * 100_000, "nested far too deeply"),
+        "deep object": ('{"a":' * 100_000, "nested far too deeply"),
+        "deep but parseable": (edited(lambda d: d["meta"].update(x=json.loads("[" * 500 + "]" * 500))),
+                               "nests more than 32 levels"),
+        "binary": (bytes(range(256)) * 64, "not a text file"),
+        "empty": ("", "the file is empty"),
+        "bad json": ("{oops", "not valid JSON"),
+        "a list": ("[1, 2, 3]", "not an eagle2-viz trace"),
+        "no steps": (edited(lambda d: d.update(steps=[])), "has no steps"),
+        "meta not an object": (edited(lambda d: d.update(meta=5)), "malformed"),
+        "a step's field": (edited(lambda d: d["steps"][1].update(timings=None)),
+                           "cycle 1: timings should be an object of numbers"),
+        "cyclic tree": (edited(cyclic_tree), "parent is not an earlier node"),
+        "a series' counts": (edited(lambda d: d["meta"]["viz"]["series"][0]["accepted"].__setitem__(1, 10 ** 9)),
+                             "accepted count is out of range"),        # would allocate GBs in a histogram
+    }
+    out = {}
+    for i, (name, (data, msg)) in enumerate(files.items()):
+        p = tmp_path / f"upload-{i}.json"
+        p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        out[name] = (p, msg)
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate((MAX_UPLOAD_MB + 1) * 2 ** 20)                    # sparse: no disk used
+    out["huge"] = (huge, f"up to {MAX_UPLOAD_MB} MB")
+    return out
+
+
+def test_unreadable_uploads_give_one_clear_warning_and_keep_state(tmp_path, monkeypatch):
+    """Whatever an uploaded file holds (JSON nested 100,000 deep, binary garbage, an empty or a
+    huge file, the wrong shape), the Replay tab gives exactly one warning, "Could not read this
+    trace: ...", never Python's own error (no "maximum recursion depth"), and replaces nothing. A
+    trace that reads but does not draw gives one warning too. A real trace still loads after."""
+    shown = handlers.on_replay_load(next(iter(shipped_traces())), None, 0, "path value", False)
+    for name, (path, msg) in unreadable_uploads(tmp_path).items():
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out = handlers.on_replay_load(None, str(path), 0, "path value", False, OPEN)
+        said = [str(x.message) for x in w]
+        assert len(said) == 1 and said[0].startswith("Could not read this trace: "), (name, said)
+        assert msg in said[0] and "recursion" not in said[0], (name, said)
+        assert list(out) == list(handlers.REPLAY) and all(isinstance(o, SKIP) for o in out.values()), name
+    good = tmp_path / "good.json"
+    good.write_text(next(iter(shipped_traces().values())).read_text(encoding="utf-8"), encoding="utf-8")
+
+    def no_figures(*a, **k):
+        raise ValueError("no figures today")
+    with monkeypatch.context() as m:                      # reads, but the figures fail: still one warning
+        m.setattr(handlers, "render", no_figures)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out = handlers.on_replay_load(None, str(good), 0, "path value", False, OPEN)
+        assert [str(x.message) for x in w] == [
+            "Could not read this trace: it could not be drawn (ValueError: no figures today)."]
+        assert all(isinstance(o, SKIP) for o in out.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = handlers.on_replay_load(None, str(good), 0, "path value", False, OPEN)
+    assert out["view"].source == "good.json" and len(out["view"].steps) == len(shown["view"].steps)
+
+
 def test_export_and_replay_roundtrip(bundle, tmp_path):
     sess = solo(bundle, "Name a fruit.", 2)
     files = handlers.on_export("live", sess, None)
@@ -383,6 +487,8 @@ def test_export_and_replay_roundtrip(bundle, tmp_path):
     by_ext = {Path(f).suffix: Path(f) for f in files}
     tr = Trace.load(by_ext[".json"])
     v = View.from_trace(tr, "x")
+    from ui.traces import read_upload
+    assert len(read_upload(by_ext[".json"]).steps) == len(tr.steps)    # an export passes the upload checks
     assert [s["role"] for s in v.series] == ["main", "compare", "plain"] and set(v.previews) == {1, 2}
     assert by_ext[".csv"].read_text().splitlines()[0].startswith("cycle,policy,accepted")
     assert "draft nodes" in by_ext[".html"].read_text()

@@ -4,6 +4,7 @@ Screenshots and the server log go to test-artifacts/ (gitignored) only; `python 
 refreshes the README's docs/screenshot.png."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,12 +83,20 @@ def test_errors_show_warnings_and_keep_the_page(page, tmp_path):
     page.locator("#prompt textarea").fill("   ")
     page.locator("#step-btn").click()
     page.get_by_text("The prompt is empty").first.wait_for(timeout=30_000)
+    wait_status(page, "The prompt is empty: type something", timeout=30_000)   # the status line says it too
     page.get_by_role("tab", name="Replay").click()
     bad = tmp_path / "not-a-trace.json"
     bad.write_text("{oops")
     page.locator("#trace-upload input[type=file]").set_input_files(str(bad))
     page.get_by_text("not valid JSON").first.wait_for(timeout=30_000)
     assert plot_traces(page, "replay-tree")["draft nodes"] > 0              # the replay view is intact
+    deep = tmp_path / "deep.json"                                            # past Python's recursion limit
+    deep.write_text("[" * 100_000)
+    page.locator("#trace-upload button[aria-label=Clear]").click()          # the box still holds the last file
+    page.locator("#trace-upload input[type=file]").set_input_files(str(deep))
+    page.get_by_text("Could not read this trace: its JSON is nested far too deeply").first.wait_for(timeout=30_000)
+    assert page.get_by_text("recursion").count() == 0                        # a warning, not Python's error
+    assert plot_traces(page, "replay-tree")["draft nodes"] > 0
     page.screenshot(path=str(ARTIFACTS / "error-warning.png"))
 
 
@@ -228,3 +237,62 @@ def test_two_speedups_and_the_gpu_what_if(page):
     assert any("GPU model" in c and "not measured" in c for c in cats), cats
     assert set(plot_traces(page, "live-whatif")) >= {"eagle2-auto", "static"}
     page.screenshot(path=str(ARTIFACTS / "live-whatif.png"), full_page=True)
+
+
+def test_a_queued_step_shows_its_place_in_the_queue(browser, real_bundle, monkeypatch):
+    """One decode slot (concurrency 1), held by another visitor's step: a Step pressed now waits,
+    and the status line shows where it stands ("queue: 1/1", readable, not clipped or covered)
+    instead of a dead button; once the slot frees, the Step runs. The prompt box starts with an
+    example, so the visitor presses Step without typing."""
+    from gradio_client import Client
+    from ui import handlers
+    from ui.model import MODEL
+    from ui.page import launch
+    from ui.screenshot import free_port
+    MODEL.set(real_bundle)
+    held, release, real = threading.Event(), threading.Event(), handlers.do_steps
+
+    def steps(sess, prompt, *a, **k):          # the other visitor's step holds the slot until released
+        if prompt == "HOLD":
+            held.set()
+            release.wait(120)
+        return real(sess, prompt, *a, **k)
+
+    monkeypatch.setattr(handlers, "do_steps", steps)
+    d = RaceSettings.for_device("cpu")
+    controls = dict(vars(d), max_new_tokens=8, colour_by="path value", show_dropped=False)
+    port = free_port()
+    demo = launch("127.0.0.1", port, concurrency=1, block=False)
+    ctx = None
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        other = Client(url, verbose=False, download_files=False).submit(
+            "HOLD", *[controls[n] for n in handlers.CONTROLS], api_name="/step")
+        assert held.wait(60), "the other visitor's step never started"
+        ctx, page = open_page(browser, url, **VIEWPORT)
+        assert page.locator("#prompt textarea").input_value().strip()          # an example, ready to Step
+        page.locator("#step-btn").click()
+        tracker = "#live-status [data-testid=status-tracker] .progress-text"
+        page.wait_for_function("(s) => /queue: 1\\/1/.test((document.querySelector(s) || {}).innerText || '')",
+                               arg=tracker, timeout=30_000)
+        seen = page.evaluate("""(s) => { const t = document.querySelector(s), r = t.getBoundingClientRect(),
+            b = document.querySelector('#live-status').getBoundingClientRect(),
+            hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+            return {inside: r.top >= b.top - 1 && r.bottom <= b.bottom + 1 && r.left >= b.left - 1 && r.right <= b.right + 1,
+                    on_top: !!hit && (hit === t || t.contains(hit)), size: parseFloat(getComputedStyle(t).fontSize),
+                    opacity: getComputedStyle(t).opacity, status: document.querySelector('#live-status').innerText}; }""",
+                             tracker)
+        assert seen["inside"] and seen["on_top"], seen                          # on screen, in the status line
+        assert seen["size"] >= 12 and float(seen["opacity"]) == 1, seen
+        assert "until you press Step" in seen["status"], seen                   # it has not run yet
+        page.screenshot(path=str(ARTIFACTS / "queued-step.png"))
+        release.set()
+        other.result(timeout=120)
+        wait_status(page, "cycle 1 ·", timeout=120_000)                         # then it runs
+        page.locator(tracker).wait_for(state="detached", timeout=30_000)
+        assert plot_traces(page, "live-tree")["draft nodes"] >= 1
+    finally:
+        release.set()
+        if ctx is not None:
+            ctx.close()
+        demo.close()

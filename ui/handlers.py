@@ -2,10 +2,11 @@
 
 A handler with several outputs returns a dict keyed by the output names below; ui/wiring.py
 maps the names to a tab's components. User errors become a warning and leave every output
-as it was (gr.skip()).
+as it was (gr.skip()); a refused Step or Run also says why on the Live status line.
 """
 from __future__ import annotations
 
+import logging
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from eagle2.errors import UserError
 from .dashboard import DASH, PANELS, render, render_panel, toggle
 from .model import MODEL
 from .session import Session, Settings
-from .traces import load_view, shipped_traces
+from .traces import load_view, read_upload, shipped_traces
 from .view import VIZ_KEY, View
 
 # The Live tab's controls, in the order on_step / on_run take them after the session and prompt:
@@ -61,6 +62,20 @@ def live_status(sess: Session | None) -> str:
             f"{sess.labels()[0]} vs {sess.labels()[1]} vs plain{done}")
 
 
+def refused_status(sess: Session | None, msg: str) -> str:
+    """The status line after a Step or Run that did not run: why and what to do (`msg`), under
+    where the session stands if it has started (the dashboard still shows that)."""
+    note = f"**{msg}**"
+    return f"{live_status(sess)}  \n{note}" if sess is not None and sess.started else note
+
+
+def refused(sess: Session | None, e: UserError) -> dict:
+    """A Step or Run refused: the warning, and the status line saying it; the session, its trace
+    and the dashboard stay as they were. Outputs: LIVE."""
+    _warn(str(e))
+    return {**skip(LIVE), "status": refused_status(sess, str(e))}
+
+
 def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) -> tuple[Session, list[str]]:
     """Start (if the prompt is new) and advance the session by up to n lockstep ticks."""
     sess = sess or Session()
@@ -70,7 +85,8 @@ def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) 
     try:
         if not sess.started or (prompt or "").strip() != (sess.prompt or "").strip():
             if not (prompt or "").strip():
-                raise UserError("The prompt is empty: type something first (or pick an example).")
+                raise UserError("The prompt is empty: type something in the prompt box (or pick an example), "
+                                "then press Step.")
             bundle = MODEL.get()
             sess.start(bundle, prompt, settings)
         else:
@@ -96,8 +112,7 @@ def on_step(sess, prompt, *controls) -> dict:
         settings = Settings.from_ui(*controls[:N_SETTINGS])
         sess, notes = do_steps(sess, prompt, settings)
     except UserError as e:
-        _warn(str(e))
-        return skip(LIVE)
+        return refused(sess, e)
     for n in notes:
         gr.Info(n)
     return _live(sess, *controls[N_SETTINGS:])
@@ -109,8 +124,7 @@ def on_run(sess, prompt, *controls):
         settings = Settings.from_ui(*controls[:N_SETTINGS])
         sess, notes = do_steps(sess, prompt, settings, n=1)
     except UserError as e:
-        _warn(str(e))
-        yield skip(LIVE)
+        yield refused(sess, e)
         return
     for n in notes:
         gr.Info(n)
@@ -207,20 +221,33 @@ def pick_example(choice, examples: dict[str, str]):
 # Replay
 # --------------------------------------------------------------------------------------------
 def on_replay_load(choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
-    """Load a shipped (`choice`) or uploaded trace. Outputs: REPLAY."""
+    """Load a shipped (`choice`) or uploaded trace. Outputs: REPLAY. An upload that is not a
+    trace this page can draw gives one warning and changes nothing."""
+    if upload:
+        return on_upload(upload, colour_by, show_dropped, panels)
     try:
-        if upload:
-            path = upload if isinstance(upload, str) else getattr(upload, "name", upload)
-            view = View.from_trace(Trace.load(path), Path(path).name)
-        else:
-            traces = shipped_traces()
-            if choice not in traces:
-                raise UserError("Pick a recorded trace or upload one.")
-            view = load_view(traces[choice])
+        traces = shipped_traces()
+        if choice not in traces:
+            raise UserError("Pick a recorded trace or upload one.")
+        view = load_view(traces[choice])
     except UserError as e:
         _warn(str(e))
         return skip(REPLAY)
     return {"view": view, "info": trace_info(view), **render(view, None, colour_by, show_dropped, panels)}
+
+
+def on_upload(upload, colour_by, show_dropped, panels=None) -> dict:
+    """An uploaded trace (a path, or an object with .name), read and drawn. Outputs: REPLAY."""
+    path = upload if isinstance(upload, str) else getattr(upload, "name", upload)
+    try:
+        view = read_upload(path)
+        return {"view": view, "info": trace_info(view), **render(view, None, colour_by, show_dropped, panels)}
+    except UserError as e:
+        _warn(str(e))
+    except Exception as e:   # read, but the figures choke on it: still one warning, nothing replaced
+        logging.getLogger(__name__).warning("uploaded trace %s could not be drawn", path, exc_info=True)
+        _warn(f"Could not read this trace: it could not be drawn ({type(e).__name__}: {e}).")
+    return skip(REPLAY)
 
 
 def on_replay_pick(choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:

@@ -63,12 +63,19 @@ class Trace:
             d = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"This file is not a trace: it is not valid JSON ({e}).") from None
+        except RecursionError:
+            raise UserError("This file is not a trace: its JSON is nested far too deeply.") from None
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d) -> "Trace":
+        """A trace from its parsed JSON (Trace.to_json's shape)."""
         if not isinstance(d, dict) or d.get("schema") not in READABLE:
             found = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise UserError(f"This file is not an eagle2-viz trace (schema {found!r}, expected {SCHEMA!r}).")
         try:
             return cls(meta=dict(d["meta"]), steps=[StepTrace.from_dict(s) for s in d["steps"]])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             raise UserError(f"The trace is malformed ({type(e).__name__}: {e}).") from None
 
     @classmethod
@@ -77,3 +84,5 @@ class Trace:
             return cls.from_json(Path(path).read_text(encoding="utf-8"))
         except OSError as e:
             raise UserError(f"Cannot read trace {path}: {e.strerror}.") from None
+        except UnicodeDecodeError:
+            raise UserError(f"Cannot read trace {path}: it is not UTF-8 text.") from None

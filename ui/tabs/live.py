@@ -33,9 +33,16 @@ def example_map(examples: dict[str, list[str]]) -> dict[str, str]:
     return {f"{cat} · {p}": p for cat, ps in examples.items() for p in ps}
 
 
-def build_prompt(c: dict, choices: list[str]) -> None:
-    """The prompt box and the example picker, into `c`."""
-    c["prompt"] = gr.Textbox(label="Prompt (chat message)", lines=4, elem_id="prompt",
+def first_example(ex_map: dict[str, str]) -> str:
+    """The prompt a new page starts with: the first example prompt (assets/prompts/examples.json),
+    or none."""
+    return next(iter(ex_map.values()), "")
+
+
+def build_prompt(c: dict, choices: list[str], value: str = "") -> None:
+    """The prompt box, holding `value` (a first visitor can press Step at once), and the example
+    picker, into `c`."""
+    c["prompt"] = gr.Textbox(value, label="Prompt (chat message)", lines=4, elem_id="prompt",
                              placeholder="Ask the model something…")
     c["example"] = gr.Dropdown(choices=choices, value=None, label="Example prompts", elem_id="examples",
                                info=HELP["examples"])
@@ -104,7 +111,7 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
         with gr.Column(scale=1, min_width=340, elem_classes=["side"]):
             with gr.Accordion("Prompt", open=True, elem_id="live-prompt-box",
                               elem_classes=["side-prompt", "narrow-collapsible"]):
-                build_prompt(c, list(ex_map))
+                build_prompt(c, list(ex_map), first_example(ex_map))
             build_buttons(c)
             with gr.Accordion("Settings", open=True, elem_id="live-settings",
                               elem_classes=["side-settings", "narrow-collapsible"]):
@@ -122,7 +129,9 @@ def wire(c: dict, out: dict, sections: dict, ex_map: dict[str, str], view_of) ->
     `view_of(session)`: the View the dashboard shows."""
     sess, panels, dash = out["session"], out[h.PANELS_STATE], {n: out[n] for n in DASH}
     # only the status line shows that a step is under way: a spinner over every output costs the
-    # browser more than the step's own drawing
+    # browser more than the step's own drawing. Its tracker text says where a waiting step stands
+    # ("queue: 2/3 | 4.1s": the decode slots are shared by every visitor) and how long a running
+    # one has taken; style.css keeps that text readable on the one-line status.
     busy = dict(concurrency_id="decode", show_progress_on=out["status"])
     controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS] + [panels]
     on(c["step"].click, h.on_step, controls, h.LIVE, out, api_name="step", **busy)
