@@ -22,9 +22,9 @@ import os
 import platform
 import signal
 import socket
-import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -107,6 +107,16 @@ class Peak:
         self._stop.set()
         self._t.join(5)
         return self.peak
+
+
+def forward_line(server: Server) -> str:
+    """Which forward the server runs now (its model line, as the page shows it)."""
+    try:
+        from gradio_client import Client
+        c = Client(server.url + "/", verbose=False, download_files=False)
+        return str(c.predict(api_name="/model_status")[0])[-300:]
+    except Exception as e:  # the figure is a note, not a result
+        return f"unknown ({type(e).__name__})"
 
 
 def step_args(prompt: str, max_new_tokens: int) -> list:
@@ -227,6 +237,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--concurrency", type=int, default=None, help="app.py --concurrency (default: the app's)")
     ap.add_argument("--threads", type=int, default=None, help="app.py --threads (default: the app's)")
+    ap.add_argument("--space", action="store_true",
+                    help="serve as a Hugging Face Space does: 0.0.0.0:7860-style binding (a free port), "
+                         "an empty cache folder (EAGLE2_CACHE in a new temporary folder: the model is fetched and converted, "
+                         "the packages compiled in the background while the students step)")
     ap.add_argument("--churn", type=int, default=0, help="then N sessions Step once and leave (memory)")
     ap.add_argument("--idle", type=float, default=None,
                     help="EAGLE2_SESSION_IDLE for the server: seconds before an idle session's decoders are freed")
@@ -241,11 +255,16 @@ def main(argv=None) -> int:
     if a.threads:
         args += ["--threads", str(a.threads)]
     env = {"EAGLE2_SESSION_IDLE": str(a.idle)} if a.idle is not None else {}
+    if a.space:
+        args += ["--host", "0.0.0.0"]
+        env["EAGLE2_CACHE"] = tempfile.mkdtemp(prefix="eagle2-space-cache-")
     server = Server(args, out / "server.log", env)
     result = {"command": "python scripts/classroom.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "app_args": args, "env": env}
     try:
+        t_start = time.perf_counter()
         result["ready"] = server.wait_ready()
+        result["ready_after_s"] = round(time.perf_counter() - t_start, 1)
         time.sleep(3)
         result["rss_ready_mb"] = round(rss_mb(server.proc.pid))
         result["runs"] = []
@@ -259,8 +278,7 @@ def main(argv=None) -> int:
             settle = a.settle if a.settle is not None else (a.idle or 0) + 10
             result["churn"] = churn(server, a.churn, a.timeout, settle, a.max_new_tokens)
             print(json.dumps(result["churn"]), flush=True)
-        result["forward_at_end"] = next((ln for ln in server.log.read_text().splitlines()
-                                         if ln.startswith("ready at")), "")
+        result["forward_at_end"] = forward_line(server)
     finally:
         server.stop()
     (out / "summary.json").write_text(json.dumps(result, indent=1))

@@ -60,10 +60,11 @@ class ModelHolder:
             self._attach_compiled(b, opts)
             self.stage = "warming up (token table)"
             b.token_texts([0])
-            if self.recalibrate:
-                self.stage = "measuring this machine's verification costs t(N)"
-                from eagle2.model.timing import verify_profile
-                verify_profile(b, refresh=True)
+            # t(N), the auto budget's starting costs: measured now if this machine has no table
+            # (seconds), so that no visitor's first Step waits for it
+            self.stage = "measuring this machine's verification costs t(N)"
+            from eagle2.model.timing import verify_profile
+            verify_profile(b, refresh=self.recalibrate)
             self.set(b)
         except Exception as e:  # shown in the page; the replay tab keeps working
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
@@ -80,6 +81,10 @@ class ModelHolder:
             argv += ["--head", str(opts["head"])]
         try:
             attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
+            ct = b.target.compiled
+            if ct is not None and not ct.complete():  # packages still to land: their t(N) then
+                from eagle2.model.timing import verify_profile
+                ct.on_complete = lambda: verify_profile(b)
         except Exception as e:  # an optimisation only: the eager forward serves without it
             self.compile_note = f"eager forward (the compiled one is unavailable: {type(e).__name__}: {e})"
 

@@ -11,7 +11,7 @@ from viz.tokens import TOKEN_CSS
 from .dashboard import OPEN, render
 from .handlers import REPLAY_SOURCE, live_status, on_explain, trace_info
 from .model import MODEL
-from .session import POOL
+from . import session as live_sessions
 from .tabs.explain import build_explain_tab
 from .tabs.live import build_live_tab
 from .tabs.replay import build_replay_tab
@@ -85,7 +85,7 @@ def free_closed_tab(demo: gr.Blocks, sess: gr.State, request: gr.Request) -> Non
     state = getattr(demo, "state_holder", None)
     tab = state.session_data.get(request.session_hash) if state is not None and request is not None else None
     if tab is not None:
-        POOL.forget(tab.state_data.get(sess._id))
+        live_sessions.POOL.forget(tab.state_data.get(sess._id))
 
 
 def launch(host: str = "127.0.0.1", port: int = 7860, concurrency: int = 2, block: bool = True) -> gr.Blocks:

@@ -195,6 +195,10 @@ class CompiledTarget:
         self._last_poll = 0.0
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
+        # called once (in the loading thread) when every package has loaded: the app measures the
+        # compiled forward's t(N) there, so no visitor's first Step waits for it
+        self.on_complete = None
+        self.measuring = False
 
     # the target's buckets (what t(N) tables and the profile key on)
     @property
@@ -223,6 +227,13 @@ class CompiledTarget:
             self._last_poll = time.monotonic()
             for s in self.sets:
                 self.error = s.load_landed() or self.error
+            if self.complete() and self.on_complete is not None:
+                hook, self.on_complete = self.on_complete, None
+                self.measuring = True
+                try:
+                    hook()
+                finally:
+                    self.measuring = False
         finally:
             self._lock.release()
         if self.worker is not None and self.worker.poll() not in (None, 0) and self.error is None:
@@ -271,10 +282,11 @@ class CompiledTarget:
         head = ""
         if self.head_set is not None and self.head_set.complete():
             head = " and draft head"
-        if self._loader is not None and self._loader.is_alive():
+        if self._loader is not None and self._loader.is_alive() and not self.complete():
             return f"eager forward while the compiled one loads ({n} of {total} packages ready)"
         if self.complete():
-            return f"compiled forward{head} (AOTInductor, tree sizes {', '.join(map(str, ready))})"
+            note = "; measuring its verification costs t(N) in the background" if self.measuring else ""
+            return f"compiled forward{head} (AOTInductor, tree sizes {', '.join(map(str, ready))}{note})"
         if self.worker is not None and self.worker.poll() is None:
             part = f"; compiled for {', '.join(map(str, ready))}" if ready else ""
             return f"eager forward while compiling in the background ({n} of {total} packages ready{part})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import threading
 import time
 from collections import deque
 
@@ -87,12 +88,14 @@ def plausible(t: dict[int, float]) -> bool:
     return True
 
 
-def _cache_key(bundle) -> str:
+def _cache_key(bundle, full: bool | None = None) -> str:
     packed = "|packed" if bundle.packed else ""
     comp = bundle.target.compiled if not bundle.target.aux_layers else None  # EAGLE-3: always eager
     # the complete compiled state only: packages landing one by one (a first start's background
     # compile) must not each start a new table; the live timings correct the estimates meanwhile
-    full = comp is not None and len(comp.runners) == len(comp.buckets)
+    if full is None:
+        full = comp is not None and len(comp.runners) == len(comp.buckets)
+    full = full and comp is not None
     compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
     return (f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|torch {torch.__version__}|"
             f"{torch.get_num_threads()}t{packed}{compiled}")
@@ -116,24 +119,41 @@ def store_profile(bundle, t: dict[int, float]) -> None:
     tmp.replace(path)
 
 
-def cached_profile(bundle) -> dict[int, float] | None:
+def cached_profile(bundle, full: bool | None = None) -> dict[int, float] | None:
     """The t(N) table cached for this bundle as stored: the last one measured or corrected by live
-    timings (CostTable), plausible or not."""
-    cached = _read_cache().get(_cache_key(bundle))
+    timings (CostTable), plausible or not. `full` False: the table of the forward before every
+    compiled package had landed."""
+    cached = _read_cache().get(_cache_key(bundle, full))
     return {int(k): float(v) for k, v in cached.items()} if isinstance(cached, dict) else None
+
+
+_measuring = threading.Lock()   # one measurement at a time: sessions starting together measure once
 
 
 def verify_profile(bundle, refresh: bool = False, measure: bool = True) -> dict[int, float] | None:
     """t(N) for this bundle on this machine: from the cache if it is plausible, else measured now
-    (seconds) and cached (with measure=False: None when no plausible table is cached)."""
+    (seconds) and cached (with measure=False: None when no plausible table is cached). While
+    another thread measures (the app does when the compiled packages land), a caller does not wait
+    seconds for it: it starts from the table of the forward before them, which its live timings
+    correct."""
     t = cached_profile(bundle)
     if not refresh and t is not None and plausible(t):
         return t
     if not measure:
         return None
-    t = measure_verify_times(bundle)
-    store_profile(bundle, t)
-    return t
+    if not _measuring.acquire(blocking=False):
+        before = cached_profile(bundle, full=False)
+        if not refresh and before is not None and plausible(before):
+            return before
+        _measuring.acquire()
+    try:
+        t = cached_profile(bundle)
+        if refresh or t is None or not plausible(t):
+            t = measure_verify_times(bundle)
+            store_profile(bundle, t)
+        return t
+    finally:
+        _measuring.release()
 
 
 class CostTable:

@@ -1,0 +1,80 @@
+"""Memory per visitor is bounded: a session's decoders are freed when it is idle, when too many
+sessions hold decoders, or when its tab closes; what the visitor did (the traces) stays usable,
+and a Step says why it cannot go on."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import ui.session as session_mod
+from eagle2.errors import UserError
+from ui.model import MODEL
+from ui.page import free_closed_tab
+from ui.session import LivePool, Session, Settings
+
+SMALL = dict(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, temperature=0.0,
+             top_p=1.0, seed=0, max_new_tokens=8, side_by_side=True)
+
+
+@pytest.fixture()
+def pool(real_bundle, monkeypatch):
+    MODEL.set(real_bundle)
+    p = LivePool(cap=2, idle_s=3600)
+    monkeypatch.setattr(session_mod, "POOL", p)
+    return p
+
+
+def stepped(bundle, prompt: str, ticks: int = 1) -> Session:
+    s = Session()
+    s.start(bundle, prompt, Settings(**SMALL))
+    for _ in range(ticks):
+        s.tick()
+    return s
+
+
+def held(s: Session) -> bool:
+    return all(d.cache is not None and d.hcache is not None for d in s.decoders)
+
+
+def test_beyond_the_cap_the_least_recently_used_session_is_freed(real_bundle, pool):
+    a = stepped(real_bundle, "Name a colour.")
+    b = stepped(real_bundle, "Name a fruit.")
+    a.tick()                                   # a is now the more recently used
+    c = stepped(real_bundle, "Name a city.")
+    assert held(a) and held(c) and not held(b) and len(pool) == 2
+    assert "least recently used" in b.released
+    with pytest.raises(UserError, match="freed .* Reset"):
+        b.tick()
+    # what the visitor did stays: the view and the export still hold every cycle
+    v = b.view()
+    assert len(v.steps) == len(b.main.trace.steps) == 2 and b.export().steps
+    # a new prompt starts afresh
+    b.start(real_bundle, "Name a tree.", Settings(**SMALL))
+    b.tick()
+    assert held(b) and b.released is None
+
+
+def test_idle_sessions_are_freed_but_not_one_mid_step(real_bundle, pool):
+    a = stepped(real_bundle, "Count to three.")
+    b = stepped(real_bundle, "Say hi.")
+    pool.idle_s = 0.0
+    b.lock.acquire()                          # b is in the middle of a Step
+    try:
+        assert pool.sweep() == 1
+    finally:
+        b.lock.release()
+    assert not held(a) and "idle" in a.released and held(b)
+    assert pool.sweep() == 1 and not held(b)
+
+
+def test_a_closed_tab_frees_its_session_at_once(real_bundle, pool):
+    s = stepped(real_bundle, "What is two plus two?")
+    state = SimpleNamespace(_id=7)
+    tab = SimpleNamespace(state_data={7: s})
+    demo = SimpleNamespace(state_holder=SimpleNamespace(session_data={"abc": tab}))
+    free_closed_tab(demo, state, SimpleNamespace(session_hash="other"))   # another tab: nothing
+    assert held(s)
+    free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))
+    assert not held(s) and "closed" in s.released and len(pool) == 0
+    free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))     # twice: harmless
