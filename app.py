@@ -28,11 +28,13 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true",
                     help="re-measure this machine's verification costs t(N) once the model is loaded (the "
                          "hardware-aware budget's starting table; it also corrects itself while it runs)")
-    ap.add_argument("--compile", dest="compile", action="store_const", const="auto", default="auto",
+    no_compile = env("EAGLE2_COMPILE", "").strip().lower() in ("0", "no", "false", "off")  # a Space's setting
+    ap.add_argument("--compile", dest="compile", action="store_const", const="auto",
+                    default="no" if no_compile else "auto",
                     help="the compiled forward (CPU float32; default): packages missing on this machine are built "
                          "once by a low-priority background process while the eager forward serves")
     ap.add_argument("--no-compile", dest="compile", action="store_const", const="no",
-                    help="the eager forward only")
+                    help="the eager forward only (or EAGLE2_COMPILE=0)")
     ap.add_argument("--record-traces", action="store_true", help="re-record assets/traces/*.json and exit")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="with --record-traces")
     ap.add_argument("--threads", type=int, default=int(env("EAGLE2_THREADS", 0)) or None,

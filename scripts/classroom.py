@@ -4,6 +4,7 @@
     python scripts/classroom.py --students 1,4,16,32 --steps 10 --out benchmarks/classroom/compiled
     python scripts/classroom.py --students 1,4,16,32 --steps 10 --no-compile --out benchmarks/classroom/eager
     python scripts/classroom.py --students 0 --churn 300 --out benchmarks/classroom/churn   # memory
+    python scripts/classroom.py --report benchmarks/classroom/compiled benchmarks/classroom/eager  # a table
 
 Each student is its own Gradio session (a `gradio_client.Client`), started together; a Step's
 latency is measured by the student from submitting to the answer, so it includes the wait in the
@@ -228,7 +229,23 @@ def machine() -> dict:
     return {"cpu": model, "cores": os.cpu_count(), "flags": " ".join(keep), "python": platform.python_version()}
 
 
+def report(folders: list[str]) -> str:
+    """The load runs of `folders` (each with a summary.json) as one markdown table."""
+    rows = ["| run | students x Steps | answered | errors | p50 s | p90 s | max s | Steps/s | RSS before / peak / after MB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for f in folders:
+        d = json.loads((Path(f) / "summary.json").read_text())
+        for r in d.get("runs", []):
+            rows.append(f"| {Path(f).name} | {r['students']} x {r['steps_each']} | {r['steps_answered']} | {r['errors']} | "
+                        f"{r['p50_s']} | {r['p90_s']} | {r['max_s']} | {r['steps_per_s']} | "
+                        f"{r['rss_before_mb']} / {r['rss_peak_mb']} / {r['rss_after_mb']} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
+    if argv is None and sys.argv[1:2] == ["--report"] or argv and argv[:1] == ["--report"]:
+        print(report((argv or sys.argv[1:])[1:]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--students", default="1,4,16,32", help="comma-separated K; 0 for none")
     ap.add_argument("--steps", type=int, default=10)
@@ -270,6 +287,7 @@ def main(argv=None) -> int:
         result["runs"] = []
         for K in [int(x) for x in a.students.split(",") if int(x) > 0]:
             r = classroom(server, K, a.steps, a.timeout, a.max_new_tokens)
+            r["forward_after"] = forward_line(server)
             print(json.dumps(r), flush=True)
             result["runs"].append(r)
             if not r["server_answers_after"]:
