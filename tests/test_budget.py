@@ -141,6 +141,10 @@ def test_a_corrected_table_is_written_back(sampling_setup, tmp_path, monkeypatch
     assert f"torch {torch.__version__}" in key and f"{torch.get_num_threads()}t" in key
     (tmp_path / "verify_times.json").write_text(json.dumps({key: {"1": 1.0, "2": 5.0, "4": 0.1}}))
     assert not timing.plausible({1: 1.0, 2: 5.0, 4: 0.1})
+    # a real table (eager, one thread, this project's CPU): one token costs more than two
+    real = {1: 0.0374, 2: 0.0262, 4: 0.0302, 8: 0.0330, 16: 0.0425, 32: 0.0637, 64: 0.1034, 128: 0.1893}
+    assert timing.plausible(real)
+    assert not timing.plausible({**real, 16: 0.020})  # but not one that falls from N = 2 on
     fresh = timing.verify_profile(bundle)                # implausible: measured again
     assert set(fresh) == set(timing.GRID)
     busy = {1: 0.01, 2: 0.03, 4: 0.03, 8: 0.03}         # 3x too high, yet plausible: kept as the start
