@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import platform
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,16 +30,12 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from ui.screenshot import free_port, stop_group  # noqa: E402 (the repository root first)
 PROMPTS = ["Write a haiku about the sea.", "Explain photosynthesis in two sentences.",
            "Give three tips for learning to code.", "What is a prime number?",
            "Describe a cat to someone who has never seen one.", "Why is the sky blue?",
            "Name four planets and one fact about each.", "How do I boil an egg?"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:
@@ -81,12 +75,7 @@ class Server:
             return False
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_group(self.proc, grace=20)
 
 
 class Peak:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from ui import handlers, wiring
 from ui.dashboard import ALWAYS, DASH, OPEN, PANELS, SECTIONS, render
 from ui.model import MODEL, ModelHolder
 from ui.page import build_app, launch
+from ui.screenshot import free_port
 from ui.session import Session, Settings
 from ui.traces import shipped_traces
 from ui.view import View
@@ -62,12 +62,6 @@ def solo(bundle, prompt, ticks, **over):
     for _ in range(ticks):
         sess.tick()
     return sess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_page_binds_controls_and_outputs_by_name():

@@ -33,6 +33,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
+    """Stop a process started with start_new_session=True and everything it started (the app's
+    background compiler): SIGTERM to the group, SIGKILL after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @contextlib.contextmanager
 def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled: bool = False):
     """`python app.py` on a free localhost port, its output in `log_path`; yields the page's URL
@@ -66,12 +79,7 @@ def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled
                 time.sleep(0.5)
             yield url
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
 
 
 @contextlib.contextmanager

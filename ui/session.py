@@ -159,12 +159,14 @@ class LivePool:
             self._free([sess], "when its tab was closed")
 
     def _free(self, sessions: list, why: str) -> int:
+        """Release `sessions` (one in the middle of a Step stays); how many were freed now."""
         n = 0
         for s in sessions:
-            if s.release(why) or s.released:
+            freed = s.release(why)
+            if s.released:   # freed now, or before: no longer holding memory
                 with self._lock:
                     self._live.pop(id(s), None)
-                n += 1
+            n += freed
         with self._lock:  # drop references to sessions already gone
             for k in [k for k, (ref, _) in self._live.items() if ref() is None]:
                 del self._live[k]

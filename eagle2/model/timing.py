@@ -96,9 +96,10 @@ def _cache_key(bundle, full: bool | None = None) -> str:
     comp = bundle.target.compiled if not bundle.target.aux_layers else None  # EAGLE-3: always eager
     # the complete compiled state only: packages landing one by one (a first start's background
     # compile) must not each start a new table; the live timings correct the estimates meanwhile
-    if full is None:
-        full = comp is not None and len(comp.runners) == len(comp.buckets)
-    full = full and comp is not None
+    if comp is None:
+        full = False
+    elif full is None:
+        full = len(comp.runners) == len(comp.buckets)
     compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
     return (f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|torch {torch.__version__}|"
             f"{torch.get_num_threads()}t{packed}{compiled}")
