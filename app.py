@@ -4,7 +4,7 @@
     python app.py --host 0.0.0.0 --port 8080 --device cuda
     python app.py --record-traces       # re-record the shipped traces in assets/traces/
 
-Three decoders race on the same prompt in lockstep (eagle2/cycle/race.py); the page is ui/ (one
+Three decoders race on the same prompt in lockstep (eagle2/decoding/race.py); the page is ui/ (one
 module per tab), its figures viz/. This file only reads the options and serves the page.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ def __getattr__(name):
         from .model.loading import load_bundle
         return load_bundle
     if name == "Decoder":
-        from .cycle.decoder import Decoder
+        from .decoding.decoder import Decoder
         return Decoder
     if name == "SamplingParams":
         from .cycle.sampling import SamplingParams

@@ -13,8 +13,9 @@ repo, pack, batch, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.
 sys.path.insert(0, repo)
 import torch
 torch.set_num_threads(2)
-from eagle2.tools import selfdistill as sd
-from eagle2.tools.train import target_folder
+import eagle2_train.selfdistill as sd
+from eagle2.tools.prompt_files import read_prompts
+from eagle2_train.train import target_folder
 from eagle2.model.loading import load_target
 from eagle2.model.weights import DEFAULT_PRESET
 from transformers import AutoTokenizer
@@ -29,7 +30,7 @@ orig = sd.batched_generate
 def counted(*a, **k):
     out = orig(*a, **k); count[0] += sum(map(len, out)); return out
 sd.batched_generate = counted
-prompts = sd.read_prompts(Path(repo) / "assets/prompts/train_templated.jsonl")[:n]
+prompts = read_prompts(Path(repo) / "assets/prompts/train_templated.jsonl")[:n]
 out = Path(tempfile.mkdtemp()) / "d.jsonl"
 t = time.perf_counter()
 sd.generate_data(m, tok, prompts, out, [{"name": "greedy", "temperature": 0.0}], 256, batch)

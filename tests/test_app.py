@@ -16,7 +16,7 @@ import gradio as gr
 import pytest
 
 import viz
-from eagle2.cycle.race import RaceSettings
+from eagle2.decoding.race import RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 from eagle2.policies.registry import DEFAULT, HARDWARE_AWARE, default_policy, describe, names

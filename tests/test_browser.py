@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle2.cycle.race import RaceSettings
+from eagle2.decoding.race import RaceSettings
 from ui.screenshot import chromium, open_page, serve_app, step, wait_model_ready, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from eagle2.policies.auto import AutoBudgetPolicy, best_rate
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.cycle.sampling import SamplingParams
 
 from test_lossless import ALPHA, SPROMPT, SV, chi_square, exact_joint, sampling_setup  # noqa: F401 (fixture)

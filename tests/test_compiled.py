@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 import pytest
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.model.compiled import CompiledTarget, attach, compilable_head
 from eagle2.model.exported import HeadForward, TreeForward, cached_tree_attention
 from eagle2.model.loading import load_bundle

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.cycle.drafting import HeadRunner
 from eagle2.errors import UserError
 from eagle2.model.head3 import Eagle3Head, aux_layers_of

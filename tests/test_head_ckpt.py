@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
 from eagle2.model.head import EagleHead, load_head, save_head
 from eagle2.model.llama import LlamaArgs

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.model.loading import head_label
 from eagle2.model.weights import ASSETS, PRESETS
 

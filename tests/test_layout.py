@@ -1,6 +1,8 @@
-"""The project's shape, checked: no import cycles inside eagle2/, layers that point one way (the
-engine imports nothing of viz or the page), the trace reader and viz free of torch, and one
-registry that is the only place naming a policy."""
+"""The project's shape, checked: layers inside eagle2/ that point one way (model, then the cycle's
+building blocks, then the policies, then the decoders that drive them, then the tools), no import
+cycle, the engine importing nothing of viz, the page or the training package, the trace reader and
+viz free of torch, one registry that is the only place naming a policy (and "plain"), and one
+module reading device strings."""
 from __future__ import annotations
 
 import ast
@@ -75,6 +77,79 @@ def test_no_import_cycle_in_the_engine():
             visit(m, [])
 
 
+# eagle2's packages, lowest first: a module may import its own layer and those below, never above
+LAYERS = (("errors", "devices"), ("model",), ("cycle",), ("policies",), ("decoding",), ("tools",))
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1]
+    return next(i for i, names in enumerate(LAYERS) if part in names)
+
+
+def test_layers_point_one_way():
+    graph = engine_graph()
+    checked = 0
+    for m, deps in graph.items():
+        if m in ("eagle2", "eagle2.__main__") or m.count(".") < 1:
+            continue  # the package's lazy facade and the entry point sit above every layer
+        for d in deps:
+            if d.count(".") >= 1 and d not in ("eagle2", "eagle2.__main__"):
+                checked += 1
+                assert layer_of(d) <= layer_of(m), f"{m} (layer {LAYERS[layer_of(m)]}) imports {d} from above"
+    assert checked > 40
+
+
+def test_the_registry_imports_its_policies():
+    """No "module:Class" strings: the registry's imports name every policy module."""
+    reg = ENGINE / "policies" / "registry.py"
+    mods = {p.stem for p in (ENGINE / "policies").glob("*.py")} - {"__init__", "registry", "base"}
+    assert {f"eagle2.policies.{m}" for m in mods} <= imports_of(reg)
+    assert "importlib" not in imports_of(reg)
+
+
+def test_runtime_never_imports_the_training_package():
+    """eagle2_train sits beside the runtime: only the CLI's train/prompts commands import it."""
+    for d in ("eagle2", "ui", "viz"):
+        for p in (ROOT / d).rglob("*.py"):
+            if p == ENGINE / "tools" / "cli.py":
+                continue
+            bad = {i for i in imports_of(p) if i.split(".")[0] == "eagle2_train"}
+            assert not bad, f"{p.relative_to(ROOT)} imports {bad}"
+    assert not {i for i in imports_of(ROOT / "app.py") if i.startswith("eagle2_train")}
+
+
+def _string_uses(paths, value):
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Constant) and node.value == value:
+                yield p, node.lineno
+
+
+def runtime_files():
+    return [p for d in ("eagle2", "ui") for p in (ROOT / d).rglob("*.py")] + [ROOT / "app.py"]
+
+
+def test_plain_is_named_in_one_place():
+    where = {(p.relative_to(ROOT).as_posix(), n) for p, n in _string_uses(runtime_files(), "plain")}
+    assert {f for f, _ in where} <= {"eagle2/policies/registry.py"}, where
+
+
+def test_device_strings_are_read_in_one_place():
+    """Whether a device is CUDA is decided by eagle2/devices.py only (no startswith("cuda") or
+    comparisons with "cuda" elsewhere)."""
+    for p in runtime_files():
+        if p == ENGINE / "devices.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            consts = []
+            if isinstance(node, ast.Compare):
+                consts = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("startswith", "endswith"):
+                consts = node.args
+            if any(isinstance(c, ast.Constant) and c.value == "cuda" for c in consts):
+                pytest.fail(f"{p.relative_to(ROOT)}:{node.lineno} reads a device string; use eagle2.devices")
+
+
 def test_engine_imports_nothing_of_viz_or_the_page():
     for p in ENGINE.rglob("*.py"):
         bad = {i for i in imports_of(p) if i.split(".")[0] in ("viz", "ui", "app", "gradio", "plotly")}
@@ -108,7 +183,7 @@ def test_only_the_registry_names_policies():
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in pols:
                 pytest.fail(f"{p.relative_to(ROOT)}:{node.lineno} names the policy {node.value!r}")
-    dec = imports_of(ENGINE / "cycle" / "decoder.py")
+    dec = imports_of(ENGINE / "decoding" / "decoder.py")
     assert not {i for i in dec if i.startswith("eagle2.policies.") and
                 i.split(".")[2] not in ("base", "registry")}, "the decoder imports a specific policy"
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 from scipy import stats
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.model.loading import load_bundle
 from eagle2.cycle.sampling import SamplingParams, probs_from_logits
 from eagle2.cycle import verify as V

@@ -17,7 +17,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.cycle.layout import layout
 from eagle2.cycle.tree import DraftTree
 from eagle2.model.loading import load_bundle, load_target

@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from eagle2.cycle import verify as V  # noqa: E402
-from eagle2.cycle.decoder import Decoder  # noqa: E402
+from eagle2.decoding.decoder import Decoder  # noqa: E402
 from eagle2.errors import UserError  # noqa: E402
 from eagle2.policies.registry import make_policy  # noqa: E402
 from eagle2.cycle.sampling import SamplingParams, probs_from_logits  # noqa: E402

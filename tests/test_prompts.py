@@ -6,7 +6,7 @@ from pathlib import Path
 from eagle2.tools.bench import spread_over_categories
 from scripts.prompt_templates import CATEGORIES as CATEGORY_LIST
 from scripts.prompt_templates import main as templates_main
-from eagle2.tools.selfdistill import read_prompts
+from eagle2.tools.prompt_files import read_prompts
 
 P = Path(__file__).resolve().parent.parent / "assets" / "prompts"
 CATEGORIES = set(CATEGORY_LIST)

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from eagle2.errors import UserError
-from eagle2.tools import selfinstruct
+import eagle2_train.selfinstruct as selfinstruct
 from eagle2.tools.cli import main as cli_main
-from eagle2.tools.prompt_filter import Deduper, clean, new_deduper, reject_reason
-from eagle2.tools.prompt_seeds import DOMAIN_CATEGORY, DOMAINS, TASKS
-from eagle2.tools.pypi_prompts import SOURCES, convert
-from eagle2.tools.selfdistill import read_prompts
+from eagle2_train.prompt_filter import Deduper, clean, new_deduper, reject_reason
+from eagle2_train.prompt_seeds import DOMAIN_CATEGORY, DOMAINS, TASKS
+from eagle2_train.pypi_prompts import SOURCES, convert
+from eagle2.tools.prompt_files import read_prompts
 from scripts.prompt_templates import CATEGORIES
 
 P = Path(__file__).resolve().parent.parent / "assets" / "prompts"

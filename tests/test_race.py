@@ -1,4 +1,4 @@
-"""The engine's lockstep race (eagle2/cycle/race.py) on the real default model, without the page:
+"""The engine's lockstep race (eagle2/decoding/race.py) on the real default model, without the page:
 greedy decoders that agree token for token, side-by-side previews numbered like the main cycle
 they share, settings that apply from the next cycle, and each decoder timed on its own work."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle2.cycle.race import Race, RaceSettings
+from eagle2.decoding.race import Race, RaceSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = RaceSettings(total_tokens=10, depth=3, top_k=4, max_new_tokens=40)
@@ -29,7 +29,7 @@ def drafted(r: Race) -> list:
 
 
 def test_the_race_imports_no_gradio():
-    code = ("import sys, eagle2.cycle.race\n"
+    code = ("import sys, eagle2.decoding.race\n"
             "assert 'gradio' not in sys.modules, sorted(m for m in sys.modules if m.startswith('gradio'))\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

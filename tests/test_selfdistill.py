@@ -4,7 +4,7 @@ import torch
 
 from eagle2.model.loading import load_target
 from eagle2.cycle.sampling import SamplingParams
-from eagle2.tools.selfdistill import batched_generate
+from eagle2_train.selfdistill import batched_generate
 
 
 def greedy_one(model, ids, n, eos):

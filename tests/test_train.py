@@ -6,7 +6,7 @@ import torch
 
 from eagle2.model.head import load_head
 from eagle2.model.loading import load_target
-from eagle2.tools.train import main as train_main
+from eagle2_train.train import main as train_main
 from eagle2.model.weights import resolve_target
 
 
@@ -57,7 +57,7 @@ def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
 def test_init_must_be_a_head_folder(tmp_path):
     import pytest
     from eagle2.errors import UserError
-    from eagle2.tools.train import build_parser, train_head
+    from eagle2_train.train import build_parser, train_head
     a = build_parser().parse_args(["--out", str(tmp_path), "--init", str(tmp_path / "nope")])
     target = load_target(resolve_target("smollm2-135m"), torch.device("cpu"), torch.float32)
     with pytest.raises(UserError, match="head folder"):

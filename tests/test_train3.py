@@ -13,15 +13,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
 from eagle2.model.head import EagleHead, save_head
 from eagle2.model.head3 import Eagle3Head
 from eagle2.model.llama import LlamaArgs
 from eagle2.model.loading import load_bundle, load_draft_head, load_target
-from eagle2.tools.selfdistill import load_features
-from eagle2.tools.train import build_parser, train_head
-from eagle2.tools.train import main as train_main
+from eagle2_train.selfdistill import load_features
+from eagle2_train.train import build_parser, train_head
+from eagle2_train.train import main as train_main
 
 H, V, LAYERS = 64, 97, 8
 AUX = (2, 4, 5)  # the default (2, L//2, L-3) for L = 8

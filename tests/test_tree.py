@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from eagle2.cycle.decoder import Decoder
+from eagle2.decoding.decoder import Decoder
 from eagle2.cycle.drafting import HeadRunner
 from eagle2.errors import UserError
 from eagle2.model.loading import load_bundle

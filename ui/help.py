@@ -2,7 +2,8 @@
 brings its own line and the page never names one."""
 from __future__ import annotations
 
-from eagle2.cycle.race import RaceSettings
+from eagle2.decoding.race import RaceSettings
+from eagle2.devices import is_cuda
 from eagle2.policies.registry import HARDWARE_AWARE, describe, names
 
 HELP = {
@@ -36,7 +37,7 @@ def preset_label(s: RaceSettings) -> str:
 def presets_help(kind: str) -> str:
     """Why the page starts where it does on this kind of device, and the other device's choice."""
     gpu = RaceSettings.for_device("cuda")
-    here = "This page runs on a GPU." if kind == "cuda" else "This page runs on a CPU."
+    here = "This page runs on a GPU." if is_cuda(kind) else "This page runs on a CPU."
     return (f"On a CPU, verifying a {gpu.total_tokens}-token tree costs several times one token, so the "
             f"hardware-aware budget (small trees) wins; on a GPU {gpu.total_tokens} tokens cost about what one "
             f"does, and EAGLE-2 ({gpu.total_tokens}, {gpu.depth}, {gpu.top_k}) wins. {here}")

@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+from eagle2.devices import is_cuda
 from eagle2.errors import UserError
 from eagle2.policies.registry import default_policy
 
@@ -51,7 +52,7 @@ class ModelHolder:
             try:
                 b = load_bundle(**opts)
             except UserError as e:
-                if not str(opts.get("device") or "cpu").startswith("cuda"):
+                if not is_cuda(opts.get("device")):
                     raise
                 self.warning = (f"{e} Running on CPU instead; the controls start at the GPU's defaults, and "
                                 f"{default_policy('cpu')} is the policy that pays on a CPU.")

@@ -1,4 +1,4 @@
-"""A browser session: the engine's lockstep race (eagle2/cycle/race.py) plus what the page needs
+"""A browser session: the engine's lockstep race (eagle2/decoding/race.py) plus what the page needs
 of it: settings read from the controls, Stop, a View to draw, and an export with every series."""
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import weakref
 from collections import OrderedDict
 
 import viz
-from eagle2.cycle.race import Race, RaceSettings
+from eagle2.decoding.race import Race, RaceSettings
 from eagle2.cycle.trace import Trace
+from eagle2.devices import device_kind as engine_device_kind
 from eagle2.errors import UserError
 from viz.charts import series as make_series
+from viz.whatif import PLAIN_ROLE
 
 from .model import MODEL
 from .view import VIZ_KEY, View
@@ -27,7 +29,7 @@ def device_kind(device: str | None = None) -> str:
     """'cuda' or 'cpu': the kind of `device`, by default the one the page's model was started for
     (app.py's --device). Read from the option string, so nothing asks torch."""
     d = MODEL.options.get("device") if device is None else device
-    return "cuda" if str(d or "cpu").strip().lower().startswith("cuda") else "cpu"
+    return engine_device_kind(d)
 
 
 def defaults(device: str | None = None) -> RaceSettings:
@@ -103,7 +105,7 @@ class Session(Race):
         la, lb, lc = self.labels()
         series = [make_series(la, self.main.trace.steps, "main"),
                   make_series(lb, self.cmp.trace.steps, "compare"),
-                  make_series(lc, self.plain.trace.steps, "plain")]
+                  make_series(lc, self.plain.trace.steps, PLAIN_ROLE)]
         return View(steps=list(self.main.trace.steps), series=series, previews=dict(self.previews),
                     meta=self.main.trace.meta, source="live", greedy=self.main.sampling.greedy,
                     lossy={lb: viz.lossy_summary(self.cmp.trace.steps)})

@@ -1,2 +1,3 @@
-"""The speculative cycle: draft trees, drafting, verification, sampling, the decoder, traces and the
-lockstep race. tree.py and trace.py are torch-free (the page replays traces without a model)."""
+"""The speculative cycle's building blocks: draft trees, drafting, the verify layout, verification,
+sampling, typed records and traces. tree.py, trace.py and records.py are torch-free (the page replays
+traces without a model)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from ..devices import is_cuda
 from ..errors import UserError
 from .head import DraftHead, EagleHead, head_from_checkpoint, read_checkpoint
 from .head3 import head3_from_checkpoint, is_eagle3
@@ -54,7 +55,7 @@ class Bundle:
 
 def pick_device(device: str | None) -> torch.device:
     device = device or "cpu"
-    if device.startswith("cuda"):
+    if is_cuda(device):
         if not torch.cuda.is_available():
             raise UserError("CUDA was requested but no GPU is available here: use --device cpu.")
         return torch.device(device)

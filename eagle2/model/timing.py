@@ -18,6 +18,7 @@ from collections import deque
 import numpy as np
 import torch
 
+from ..devices import is_cuda
 from .weights import cache_dir
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -25,7 +26,7 @@ GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 def sync(dev: torch.device) -> None:
     """Wait for the device, so a wall-clock reading covers the work (CUDA runs asynchronously)."""
-    if dev.type == "cuda":
+    if is_cuda(dev):
         torch.cuda.synchronize(dev)
 
 

@@ -1,40 +1,50 @@
 """The one registry of tree policies: name -> class. The CLI, the benchmark and the page all read it.
 
-Adding a policy is one module in this package (a TreePolicy subclass) plus one line below. Entries
-name their class as "module:Class" and load on first use, so listing the policies (the page's
-dropdowns, --help) imports no torch. "plain" (no tree) is not a policy: decoders take it by name.
+Adding a policy is one module in this package (a TreePolicy subclass) plus one line below. "plain"
+(no tree: one target forward per token) is not a policy; PLAIN is the one place that names it.
 """
 from __future__ import annotations
 
-import importlib
-
+from ..devices import is_cuda
 from ..errors import UserError
+from .auto import AutoBudgetNPolicy, AutoBudgetPolicy
+from .base import TreePolicy
+from .ddd import DDDPolicy
+from .dyspec import DySpecPolicy
+from .eagle2 import Eagle2Policy
+from .lantern import LanternPolicy
+from .static import StaticPolicy
 
-# name: ("module:Class", one line for people)
-REGISTRY: dict[str, tuple[str, str]] = {
-    "eagle2": ("eagle2:Eagle2Policy", "EAGLE-2: a context-aware dynamic tree (expand the best nodes, keep the "
-                                      "N best of the pool)."),
-    "eagle2-auto": ("auto:AutoBudgetPolicy", "EAGLE-2 whose N and depth are chosen every cycle from this "
-                                             "machine's measured costs (N and depth become caps); its first "
-                                             "use measures the target's verification times (seconds, cached)."),
-    "eagle2-auto-n": ("auto:AutoBudgetNPolicy", "the auto budget choosing N only, at a fixed depth."),
-    "static": ("static:StaticPolicy", "EAGLE-1's fixed 25-node tree, the same shape whatever the context."),
-    "ddd": ("ddd:DDDPolicy", "EAGLE-2 that stops expanding when the beam's draft mass is low (DDD)."),
-    "dyspec": ("dyspec:DySpecPolicy", "a greedy tree of sampled drafts grown from a max-heap (DySpec)."),
-    "lantern": ("lantern:LanternPolicy", "static tree with relaxed acceptance, LOSSY (LANTERN++); its first "
-                                         "use builds a neighbour index (minutes on a CPU)."),
-}
+PLAIN = "plain"   # the decoder without a tree, every speedup's reference
 
-DEFAULT = "eagle2"               # what the page and `generate` run unless told otherwise
-BASELINE = "static"             # the static-tree baseline (EAGLE-1) the page races against
-HARDWARE_AWARE = "eagle2-auto"  # the policy the page suggests where a fixed tree costs more than it returns
+# name: (class, one line for people)
+REGISTRY: dict[str, tuple[type[TreePolicy], str]] = {c.name: (c, d) for c, d in (
+    (Eagle2Policy, "EAGLE-2: a context-aware dynamic tree (expand the best nodes, keep the N best of the pool)."),
+    (AutoBudgetPolicy, "EAGLE-2 whose N and depth are chosen every cycle from this machine's measured costs "
+                       "(N and depth become caps); its first use measures the target's verification times "
+                       "(seconds, cached)."),
+    (AutoBudgetNPolicy, "the auto budget choosing N only, at a fixed depth."),
+    (StaticPolicy, "EAGLE-1's fixed 25-node tree, the same shape whatever the context."),
+    (DDDPolicy, "EAGLE-2 that stops expanding when the beam's draft mass is low (DDD)."),
+    (DySpecPolicy, "a greedy tree of sampled drafts grown from a max-heap (DySpec)."),
+    (LanternPolicy, "static tree with relaxed acceptance, LOSSY (LANTERN++); its first use builds a neighbour "
+                    "index (minutes on a CPU)."),
+)}
+
+DEFAULT = Eagle2Policy.name               # what the page and `generate` run unless told otherwise
+BASELINE = StaticPolicy.name              # the static-tree baseline (EAGLE-1) the page races against
+HARDWARE_AWARE = AutoBudgetPolicy.name    # suggested where a fixed tree costs more than it returns
 
 
-def default_policy(device_kind: str) -> str:
+def is_plain(name) -> bool:
+    return name is None or str(name).strip().lower() == PLAIN
+
+
+def default_policy(device) -> str:
     """The policy that pays on this kind of device: on a CPU only small trees pay (verifying 60
     tokens costs several times one token), so the hardware-aware budget; on a GPU, where 60
     tokens cost about what one does, EAGLE-2 at its paper's (60, 5, 10)."""
-    return DEFAULT if str(device_kind).startswith("cuda") else HARDWARE_AWARE
+    return DEFAULT if is_cuda(device) else HARDWARE_AWARE
 
 
 def names() -> list[str]:
@@ -48,9 +58,8 @@ def describe(name: str) -> str:
 def policy_class(name: str):
     key = (name or "").lower()
     if key not in REGISTRY:
-        raise UserError(f"Unknown policy {name!r}: choose plain, {', '.join(REGISTRY)}.")
-    mod, cls = REGISTRY[key][0].split(":")
-    return getattr(importlib.import_module(f".{mod}", __package__), cls)
+        raise UserError(f"Unknown policy {name!r}: choose {PLAIN}, {', '.join(REGISTRY)}.")
+    return REGISTRY[key][0]
 
 
 def make_policy(name: str, total_tokens=None, depth=None, top_k=None, **own):

@@ -23,15 +23,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..cycle.decoder import Decoder
+from ..decoding.decoder import Decoder
 from ..errors import check
 from ..model.chat import chat_ids
 from ..model.loading import load_bundle
 from ..model.timing import cached_profile, sync
-from ..policies.registry import DEFAULT, cli_kwargs
+from ..devices import is_cuda
+from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, recalibrate, sampling_from)
-from .selfdistill import read_prompts
+from .prompt_files import read_prompts
 
 BASELINES = ("hf", "hf-pld")  # transformers' generate and its prompt lookup, not tree policies
 
@@ -138,7 +139,7 @@ class HFBaseline:
 def make_decoder(bundle, name, sp, max_new, tree_kw, own):
     """A bench row's decoder: the tree flags apply to the policies they fit (the class decides)."""
     return Decoder(bundle, name, sp, max_new_tokens=max_new, record=False,
-                   **({} if name == "plain" else {**tree_kw, **own}))
+                   **({} if is_plain(name) else {**tree_kw, **own}))
 
 
 def run_one(bundle, runner, q, sp, max_new) -> dict:
@@ -206,11 +207,11 @@ def main(argv=None) -> int:
     check(a.repeats >= 1, "--repeats must be >= 1.")
     names = [p.strip() for p in a.policies.split(",") if p.strip()]
     check(len(names) > 0, "No policies given.")
-    if "plain" not in names:
-        names = ["plain"] + names  # speedups are relative to plain, measured in the same run
+    if PLAIN not in names:
+        names = [PLAIN] + names  # speedups are relative to plain, measured in the same run
     tree_kw = {"total_tokens": a.total_tokens, "depth": a.depth, "top_k": a.top_k}
     own = {base_name(n): cli_kwargs(base_name(n), a, strict=False)
-           for n in names if base_name(n) not in ("plain", *BASELINES)}  # before loading
+           for n in names if not is_plain(base_name(n)) and base_name(n) not in BASELINES}  # before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
     forward = apply_compile(a, bundle)
     print(f"forward: {forward}", file=sys.stderr)
@@ -222,7 +223,7 @@ def main(argv=None) -> int:
             run_one(bundle, r, warm, sp, 8)
     rows = measure(bundle, variants, prompts, sp, a.max_new_tokens, a.repeats)
     summary = summarise(rows, [n for n, _ in variants], sp.greedy)
-    summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if bundle.device.type == "cuda" else f" ({machine()})"),
+    summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if is_cuda(bundle.device) else f" ({machine()})"),
                     "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
                     "packed_weights": bundle.packed, "threads": torch.get_num_threads(), "forward": forward,
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
@@ -298,14 +299,14 @@ def write_results(out: Path, summary: dict, rows: list[dict]) -> None:
 
 def summarise(rows, names, greedy) -> dict:
     by_pol = {n: aggregate([r for r in rows if r["policy"] == n]) for n in names}
-    base = by_pol["plain"]["tokens_per_s"]
-    eager = by_pol.get("plain" + EAGER, {}).get("tokens_per_s")
+    base = by_pol[PLAIN]["tokens_per_s"]
+    eager = by_pol.get(PLAIN + EAGER, {}).get("tokens_per_s")
     for n, s in by_pol.items():
         s["speedup"] = s["tokens_per_s"] / base if base else 0.0
         if eager:  # against the eager plain decoder, measured in the same run
             s["speedup_vs_plain_eager"] = s["tokens_per_s"] / eager
     if greedy:  # losslessness, checked on every benchmark run
-        plain_ids = {(r["question_id"], r["repeat"]): r["token_ids"] for r in rows if r["policy"] == "plain"}
+        plain_ids = {(r["question_id"], r["repeat"]): r["token_ids"] for r in rows if r["policy"] == PLAIN}
         for n, s in by_pol.items():
             rs = [r for r in rows if r["policy"] == n]
             s["identical_to_plain"] = sum(r["token_ids"] == plain_ids[(r["question_id"], r["repeat"])] for r in rs) / max(len(rs), 1)
@@ -321,7 +322,7 @@ def summarise(rows, names, greedy) -> dict:
     by_cat = {}
     for c in cats:
         d = {n: aggregate([r for r in rows if r["policy"] == n and r["category"] == c]) for n in names}
-        b = d["plain"]["tokens_per_s"]
+        b = d[PLAIN]["tokens_per_s"]
         for s in d.values():
             s["speedup"] = s["tokens_per_s"] / b if b else 0.0
         by_cat[c] = d

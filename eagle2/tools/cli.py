@@ -6,7 +6,6 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 
@@ -17,6 +16,22 @@ from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_
                     apply_compile, apply_threads, recalibrate, sampling_from)
 
 TOOLS = ("bench", "train", "profile", "compile", "prompts")  # sub-commands with parsers of their own
+
+
+def run_tool(name: str, argv: list[str]) -> int:
+    """A sub-command's own main, imported only when it runs; train and prompts live in the
+    training package beside the runtime (eagle2_train), which the page never imports."""
+    if name == "bench":
+        from .bench import main
+    elif name == "profile":
+        from .profile import main
+    elif name == "compile":
+        from .compile import main
+    elif name == "train":
+        from eagle2_train.train import main
+    else:
+        from eagle2_train.prompts import main
+    return main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,20 +72,20 @@ def resolve_policy(a) -> str:
 
 def check_generate(a) -> dict:
     """Every generate flag checked before anything is loaded; returns the policy's own parameters."""
-    from ..cycle.decoder import MAX_NEW_TOKENS
+    from ..decoding.decoder import MAX_NEW_TOKENS
     from ..errors import check
-    from ..policies.registry import cli_kwargs, policy_class
+    from ..policies.registry import cli_kwargs, is_plain, policy_class
 
     check(isinstance(a.prompt, str) and a.prompt.strip() != "", "The prompt is empty: type something first.")
     check(1 <= a.max_new_tokens <= MAX_NEW_TOKENS,
           f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {a.max_new_tokens}).")
-    if a.policy.lower() != "plain":
+    if not is_plain(a.policy):
         policy_class(a.policy)  # an unknown name fails here, not after the model has loaded
     return cli_kwargs(a.policy, a)  # the tree flags and --ddd-*/--dyspec-*/--lantern-*, by building it
 
 
 def cmd_generate(a) -> int:
-    from ..cycle.decoder import Decoder
+    from ..decoding.decoder import Decoder
     from ..model.loading import load_bundle
 
     a.policy = resolve_policy(a)
@@ -113,7 +128,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv and argv[0] in TOOLS:
-            return importlib.import_module(f".{argv[0]}", __package__).main(argv[1:])
+            return run_tool(argv[0], argv[1:])
         a = build_parser().parse_args(argv)
         if a.cmd == "generate":
             return cmd_generate(a)

@@ -15,8 +15,8 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from ..errors import UserError
-from ..model.weights import sha256_of
+from eagle2.errors import UserError
+from eagle2.model.weights import sha256_of
 from .prompt_filter import PROTECTED, clean, new_deduper, reference_ids, reject_reason, write_jsonl
 
 # chatterbot-corpus file category -> MT-bench category (the rest, chit-chat and trivia, is qa)

@@ -14,9 +14,10 @@ import unicodedata
 from collections import Counter
 from pathlib import Path
 
-from ..errors import UserError
+from eagle2.errors import UserError
+from eagle2.model.weights import ASSETS
 
-PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "prompts"
+PROMPTS = ASSETS / "prompts"
 PROTECTED = (PROMPTS / "heldout.jsonl", PROMPTS / "examples.json")
 
 _PREFIX = re.compile(r"^\s*(?:\*\*)?(?:the )?(?:user(?:'s)?(?: request| message)?|request|message|prompt|question|"
@@ -169,12 +170,12 @@ def reference_texts(path: Path) -> list[str]:
             return [t for v in data.values() for t in v]
         except (json.JSONDecodeError, AttributeError, TypeError):
             raise UserError(f"{path}: expected a JSON object of category -> list of prompts.") from None
-    from .selfdistill import read_prompts
+    from eagle2.tools.prompt_files import read_prompts
     return [t for q in read_prompts(path) for t in q["turns"]] if raw.strip() else []
 
 
 def reference_ids(paths) -> set[int]:
-    from .selfdistill import read_prompts
+    from eagle2.tools.prompt_files import read_prompts
     return {q["question_id"] for p in paths if Path(p).suffix == ".jsonl" and Path(p).read_text().strip()
             for q in read_prompts(Path(p))}
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..errors import UserError
-from ..model.head import EagleHead, head_from_checkpoint, read_checkpoint, save_head
-from ..model.head3 import Eagle3Head, aux_layers_of, head3_from_checkpoint, is_eagle3, save_head3
+from eagle2.errors import UserError
+from eagle2.model.head import EagleHead, head_from_checkpoint, read_checkpoint, save_head
+from eagle2.model.head3 import Eagle3Head, aux_layers_of, head3_from_checkpoint, is_eagle3, save_head3
 from .train_loss import Objective
 
 KINDS = {"eagle": "EAGLE-1/2", "eagle3": "EAGLE-3"}

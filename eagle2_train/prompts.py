@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import UserError, check
-from .flags import add_model_args, apply_threads
+from eagle2.errors import UserError, check
+from eagle2.tools.flags import add_model_args, apply_threads
 from .prompt_filter import PROMPTS, PROTECTED, reference_ids
 
 
@@ -96,8 +96,8 @@ def run_selfinstruct(a) -> int:
     import torch
     from transformers import AutoTokenizer
 
-    from ..model.llama import pack_linears
-    from ..model.loading import load_target, pick_device
+    from eagle2.model.llama import pack_linears
+    from eagle2.model.loading import load_target, pick_device
     from .selfinstruct import generate
     from .train import target_folder
     dev = pick_device(a.device)

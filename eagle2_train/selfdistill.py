@@ -17,31 +17,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..errors import UserError
-from ..model.chat import chat_ids
-
-
-def read_prompts(path: Path) -> list[dict]:
-    out = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise UserError(f"Cannot read prompt file {path}: {e.strerror}.") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            q = json.loads(line)
-            turns = q["turns"]
-            assert isinstance(turns, list) and turns and all(isinstance(t, str) and t.strip() for t in turns)
-            out.append({"question_id": q["question_id"], "category": q.get("category", "general"),
-                        "turns": turns})
-        except (json.JSONDecodeError, KeyError, AssertionError, TypeError):
-            raise UserError(f"{path}, line {n}: expected a JSON object with 'question_id' and 'turns' "
-                            f"(a list of non-empty strings).") from None
-    if not out:
-        raise UserError(f"{path} holds no prompts.")
-    return out
+from eagle2.errors import UserError
+from eagle2.model.chat import chat_ids
 
 
 @torch.no_grad()
@@ -49,7 +26,7 @@ def batched_generate(model, seqs: list[list[int]], max_new: int, sp, gen, eos: s
     """Plain decoding of many prompts at once with our model code (left-padded rows, per-row
     positions and key masks): one weight read serves the whole batch, which is what makes
     self-distillation affordable on a CPU."""
-    from ..cycle.sampling import probs_from_logits
+    from eagle2.cycle.sampling import probs_from_logits
 
     dev = model.lm_head.weight.device
     B, P = len(seqs), max(len(s) for s in seqs)
@@ -102,7 +79,7 @@ def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dic
     """Append {'id', 'variant', 'messages'} conversations to out (jsonl); skip those present.
     Jobs run sorted by prompt length within each variant, so a batch's rows need little left
     padding. Returns the rate: {'tokens': generated, 'seconds', 'tokens_per_s'}."""
-    from ..cycle.sampling import SamplingParams
+    from eagle2.cycle.sampling import SamplingParams
 
     done = set()
     if out.exists():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UserError
+from eagle2.errors import UserError
 from .prompt_filter import clean, new_deduper, normalise, reject_reason, write_jsonl
 from .prompt_seeds import DOMAIN_CATEGORY, DOMAINS, LANGUAGES, SYSTEM, TASKS
 
@@ -73,7 +73,7 @@ def meta_messages(job: dict) -> list[dict]:
 
 def meta_ids(tok, job: dict) -> list[int]:
     """Token ids the target continues: the chat-formatted meta-prompt plus the opener."""
-    from ..model.chat import chat_ids
+    from eagle2.model.chat import chat_ids
     msgs = meta_messages(job)
     if getattr(tok, "chat_template", None):
         ids = chat_ids(tok, msgs)
@@ -142,7 +142,7 @@ def generate(model, tok, out: Path, n: int, seed: int = 0, batch: int = 32, temp
              max_new: tuple[int, int] = (96, 224), log=print) -> dict:
     """Run (or resume) self-instruct until jobs 0..n-1 (rounded up to whole blocks) are done; write
     the kept prompts to `out` (MT-bench jsonl) and return the counts."""
-    from ..cycle.sampling import SamplingParams
+    from eagle2.cycle.sampling import SamplingParams
     from .selfdistill import batched_generate
 
     out = Path(out)

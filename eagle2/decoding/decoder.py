@@ -21,12 +21,12 @@ from ..model.llama import KVCache
 from ..model.loading import Bundle
 from ..model.timing import sync, verify_profile
 from ..policies.base import TreePolicy
-from ..policies.registry import make_policy
-from .drafting import HeadRunner
-from .layout import VerifyBatch, layout
-from .sampling import SamplingParams, choose, probs_from_logits
-from .trace import StepTrace, Trace
-from .tree import DraftTree
+from ..policies.registry import PLAIN, is_plain, make_policy
+from ..cycle.drafting import HeadRunner
+from ..cycle.layout import VerifyBatch, layout
+from ..cycle.sampling import SamplingParams, choose, probs_from_logits
+from ..cycle.trace import StepTrace, Trace
+from ..cycle.tree import DraftTree
 
 MAX_NEW_TOKENS = 4096
 
@@ -48,7 +48,7 @@ class Decoder:
     def set_policy(self, policy, **kw) -> None:
         """'plain', a registered policy's name (with its parameters), or a TreePolicy; takes effect
         from the next cycle."""
-        if policy is None or policy == "plain":
+        if isinstance(policy, str | None) and is_plain(policy):
             self.policy = None
             return
         if isinstance(policy, str):
@@ -62,7 +62,7 @@ class Decoder:
 
     @property
     def policy_name(self) -> str:
-        return "plain" if self.policy is None else self.policy.name
+        return PLAIN if self.policy is None else self.policy.name
 
     # ------------------------------------------------------------------ start
     def encode(self, prompt: str | None = None, messages: list | None = None, raw: bool = False) -> list[int]:

@@ -21,12 +21,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..errors import UserError
-from ..model.llama import pack_linears
-from ..model.loading import load_target, pick_device
-from ..model.weights import ASSETS, hub_download, resolve_target
-from .flags import add_model_args, apply_threads
-from .selfdistill import extract_features, generate_data, load_features, read_prompts
+from eagle2.errors import UserError
+from eagle2.model.llama import pack_linears
+from eagle2.model.loading import load_target, pick_device
+from eagle2.model.weights import ASSETS, hub_download, resolve_target
+from eagle2.tools.flags import add_model_args, apply_threads
+from eagle2.tools.prompt_files import read_prompts
+
+from .selfdistill import extract_features, generate_data, load_features
 from .train_heads import KINDS, build_head, cache_for, cache_name, model_card, objective, parse_aux_layers, save
 from .train_loss import Objective, collate, head_loss
 

@@ -12,10 +12,10 @@ import threading
 from dataclasses import dataclass, replace
 
 from ..errors import UserError, check
-from ..policies.registry import BASELINE, DEFAULT, default_policy, make_policy
+from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder
-from .sampling import SamplingParams
-from .trace import StepTrace
+from ..cycle.sampling import SamplingParams
+from ..cycle.trace import StepTrace
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class RaceSettings:
         """Every value checked before any model work (a UserError names the bad one)."""
         self.sampling().validate()
         for name in (self.policy, self.compare):
-            if name != "plain":
+            if not is_plain(name):
                 make_policy(name, **self.tree)
         check(isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
               f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {self.max_new_tokens!r}).")
@@ -85,7 +85,7 @@ class Race:
             raise UserError("The prompt is empty: type something first (or pick an example).")
         decs = [Decoder(bundle, s.policy, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
                 Decoder(bundle, s.compare, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
-                Decoder(bundle, "plain", s.sampling(), max_new_tokens=s.max_new_tokens)]
+                Decoder(bundle, PLAIN, s.sampling(), max_new_tokens=s.max_new_tokens)]
         for d in decs:
             d.start(prompt)
         self.main, self.cmp, self.plain = decs
@@ -127,4 +127,4 @@ class Race:
 
     def labels(self) -> tuple[str, str, str]:
         a, b = self.main.policy_name, self.cmp.policy_name
-        return a, (b if b != a else f"{b} (compare)"), "plain"
+        return a, (b if b != a else f"{b} (compare)"), PLAIN
