@@ -1,4 +1,4 @@
-"""Seeds for self-instruct prompts (eagle2/tools/selfinstruct.py): topics by domain x task types x
+"""Seeds for self-instruct prompts (eagle2_train/selfinstruct.py): topics by domain x task types x
 answer formats, and two hand-written example requests per task type for the few-shot meta-prompt.
 
 Topics avoid those of assets/prompts/heldout.jsonl (no shared topics between train and held-out;

@@ -202,7 +202,7 @@ def test_draft_logprobs_match_the_reference(bundles, target, variant):
 
     def check_absorbed():
         """The head's prediction at the root equals the reference over every committed pair."""
-        dec._absorb()
+        dec.absorb()
         seq = prompt + dec.generated  # x_0 .. x_n, x_n = the root
         hid, toks = ref_fc_inputs(hf, st, capture, seq[:-1]), torch.tensor(seq[1:])
         ref_h, ref_logq = ref_layer(st, cfg, emb_w, hid, toks)

@@ -119,3 +119,18 @@ def test_each_decoder_is_timed_on_its_own(real_bundle):
     assert all(pv.timings["verify_s"] > 0 for pv in r.previews.values())
     # forward passes: one per cycle each (plain: one per token); previews' forwards are not counted
     assert m.target_forwards == m.cycle and r.plain.target_forwards == len(r.plain.generated)
+
+
+def test_a_preview_teaches_the_comparison_policy_nothing(real_bundle):
+    """The side-by-side preview drafts with a fork of the comparison's policy: the policies that
+    keep statistics (the auto budget, DDD) count exactly their own decoder's cycles, with or
+    without side-by-side, so the auto budget's exploration schedule does not shift either."""
+    for side in (True, False):
+        r = race(real_bundle, "Explain why the sky is blue.", 5, policy="ddd", compare="eagle2-auto",
+                 side_by_side=side, max_new_tokens=200)
+        m, c, _ = r.decoders
+        assert len(r.previews) == (5 if side else 0)
+        assert m.policy.stats["cycles"] == m.cycle - 1                       # prefill is cycle 0
+        assert c.policy.stats["cycles"] == c.cycle - 1 == sum(c.policy.stats["n"].values())
+        if side:  # the fork read what the budget had learnt (its costs), and kept its own counts
+            assert all(pv.tree.record is not None for pv in r.previews.values())

@@ -35,7 +35,7 @@ def draft_trees(bundle, policy, cycles=3, prompt=(4, 8, 15, 16, 23, 42)):
     dec = Decoder(bundle, policy, max_new_tokens=64, record=False)
     dec.start(input_ids=list(prompt))
     for _ in range(cycles):
-        dec._absorb()
+        dec.absorb()
         hc = dec.hcache
         snap = (hc.k.clone(), hc.v.clone(), hc.length)
         runner = HeadRunner(bundle.head, hc, dec.root_g, base_pos=hc.length - 1)

@@ -5,8 +5,10 @@ State of one sequence (docs/algorithms.md §2):
 - `root` is the next token (sampled by the target, not yet run through it);
 - `pending` are (target feature, next token) pairs the draft head has not absorbed yet (the
   feature is what the head reads: the final features, or EAGLE-3's fused layers).
-A speculative cycle: absorb pending -> draft a tree under root -> verify root + tree in one target
-forward -> accept a path -> commit its K/V -> the bonus token is the next root.
+A speculative cycle (`Decoder.speculate`, read it top to bottom): absorb pending -> draft a tree
+under root -> verify root + tree in one target forward -> accept a path -> commit its K/V -> the
+bonus token is the next root. What people see of a run (texts, annotated trees, the trace) is
+recording.py's.
 """
 from __future__ import annotations
 
@@ -15,18 +17,19 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UserError, check
-from ..model.chat import chat_ids
-from ..model.llama import KVCache
-from ..model.loading import Bundle
-from ..model.timing import sync, verify_profile
-from ..policies.base import TreePolicy
-from ..policies.registry import PLAIN, is_plain, make_policy
 from ..cycle.drafting import HeadRunner
 from ..cycle.layout import VerifyBatch, layout
-from ..cycle.sampling import SamplingParams, choose, probs_from_logits
+from ..cycle.sampling import SamplingParams, choose
 from ..cycle.trace import StepTrace, Trace
 from ..cycle.tree import DraftTree
+from ..errors import UserError, check
+from ..model.chat import prompt_ids
+from ..model.llama import KVCache
+from ..model.loading import Bundle
+from ..model.timing import sync
+from ..policies.base import TreePolicy
+from ..policies.registry import PLAIN, is_plain, make_policy
+from .recording import TraceRecorder, preview_trace
 
 MAX_NEW_TOKENS = 4096
 
@@ -65,21 +68,10 @@ class Decoder:
         return PLAIN if self.policy is None else self.policy.name
 
     # ------------------------------------------------------------------ start
-    def encode(self, prompt: str | None = None, messages: list | None = None, raw: bool = False) -> list[int]:
-        tok = self.b.tokenizer
-        if messages is None:
-            check(isinstance(prompt, str) and prompt.strip() != "", "The prompt is empty: type something first.")
-            if raw or not getattr(tok, "chat_template", None):
-                return tok(prompt, add_special_tokens=True)["input_ids"]
-            messages = [{"role": "user", "content": prompt}]
-        check(len(messages) > 0 and all(isinstance(m, dict) and str(m.get("content", "")).strip()
-                                        for m in messages), "Every chat message needs some text.")
-        return chat_ids(tok, messages)
-
     def start(self, prompt: str | None = None, messages: list | None = None, input_ids: list[int] | None = None,
               raw: bool = False) -> StepTrace:
         """Prefill the prompt; emits the first token (cycle 0)."""
-        ids = list(input_ids) if input_ids is not None else self.encode(prompt, messages, raw)
+        ids = list(input_ids) if input_ids is not None else prompt_ids(self.b.tokenizer, prompt, messages, raw)
         check(len(ids) >= 1, "The prompt is empty: type something first.")
         ctx = self.b.target.args.max_positions
         check(len(ids) + 2 <= ctx,
@@ -102,7 +94,7 @@ class Decoder:
         cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
         self.cache: KVCache = self.b.target.new_cache(cap)
         self.hcache: KVCache = self.b.head.new_cache(cap + 1024)
-        self.trace = Trace(meta=self._meta())
+        self.recorder = TraceRecorder(self)
 
         t0 = self._now()
         tokens = torch.tensor(ids, dtype=torch.long, device=dev)
@@ -115,7 +107,7 @@ class Decoder:
         self.root = root
         self.started = True
         dt = self._now() - t0
-        return self._emit([root], None, [], None, {"draft_s": 0.0, "verify_s": dt, "commit_s": 0.0})
+        return self._emit([root], None, {"draft_s": 0.0, "verify_s": dt, "commit_s": 0.0})
 
     # ------------------------------------------------------------------ one cycle
     def step(self) -> StepTrace:
@@ -124,36 +116,74 @@ class Decoder:
         check(self.finished is None, f"Generation has finished ({self.finished}); reset to start again.")
         if self.policy is None:
             return self._plain_step()
-        c = self._cycle(self.policy, self.draft_gen, self.gen)
-        self.policy.observe(c.tree.n_kept, c.timings["verify_s"])
+        c = self.speculate(self.policy, self.draft_gen, self.gen)
+        return self._emit(c.path_tokens + [c.bonus], c, c.timings)
+
+    def speculate(self, policy: TreePolicy, draft_gen: torch.Generator, accept_gen: torch.Generator,
+              commit: bool = True) -> "Cycle":
+        """The speculative cycle (docs/algorithms.md §2). Without commit (the page's preview of
+        another policy on this context) the sequence is left as it was; only the head's reading of
+        the new context is kept, for the cycle that follows."""
+        b, dev, L = self.b, self.b.device, self.cache.length
         t0 = self._now()
-        L = self.cache.length
-        keep = [0] + c.path_pos
-        self.cache.commit(torch.tensor([L + p for p in keep], device=self.b.device))
-        self.pending = (c.feats[keep], c.path_tokens + [c.bonus])
+        # 1. The head reads what the last cycle committed (a preview on this context may have
+        #    done so already: those seconds still count as this context's drafting).
+        earlier_s = 0.0 if self.root_g is None else self._absorb_s
+        self.absorb()
+        # 2. Draft a tree under the root: the policy decides its shape.
+        runner = HeadRunner(b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1,
+                            sampling=self.sampling, gen=draft_gen, root_logp=self.root_logp)
+        tree = policy.draft(runner, self.root)
+        t1 = self._now()
+        # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
+        #    land after the committed tokens).
+        if L + tree.n_kept > self.cache.max_len:
+            self._grow(L + tree.n_kept + 64)
+        vb = layout(tree, L, dev)
+        feats, logits = b.target.forward_logits(self.cache, vb.tokens, vb.positions, vb.mask)
+        # 4. Accept a path by the policy's rule (lossless unless it says otherwise) and a bonus token.
+        path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
+        t2 = self._now()
+        c = Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus,
+                  timings={"draft_s": t1 - t0 + earlier_s, "verify_s": t2 - t1, "commit_s": 0.0})
+        if not commit:
+            return c
+        policy.observe(tree.n_kept, t2 - t1)
+        # 5. Commit: keep the accepted nodes' K/V, give their features to the head next cycle; the
+        #    bonus token becomes the next root.
+        keep = [0] + path_pos
+        self.cache.commit(torch.tensor([L + p for p in keep], device=dev))
+        self.pending = (feats[keep], c.path_tokens + [bonus])
         self.root_g = self.root_logp = None
-        self.root = c.bonus
+        self.root = bonus
         self.target_forwards += 1
-        self.draft_calls += c.tree.draft_calls
-        if self.record:
-            self._annotate(c)
-        c.timings["commit_s"] = self._now() - t0
-        return self._emit(c.path_tokens + [c.bonus], c.tree, c.accepted_pool, c.bonus, c.timings)
+        self.draft_calls += tree.draft_calls
+        c.timings["commit_s"] = self._now() - t2
+        return c
+
+    def absorb(self) -> None:
+        """Feed the pending (target feature, next token) pairs to the head; its last output
+        predicts the feature at the root, whose logits give the root's children (once per context)."""
+        if self.root_g is not None:
+            return
+        t0 = self._now()
+        feats, toks = self.pending
+        hc, n, dev = self.hcache, len(toks), self.b.device
+        g, logp = self.b.head.forward_logprobs(hc, feats, torch.tensor(toks, device=dev),
+                                               torch.arange(hc.length, hc.length + n, device=dev), hc.length)
+        hc.advance(n)
+        self.root_g, self.root_logp = g[-1], logp[-1]
+        self._absorb_s = self._now() - t0
 
     def preview(self, policy) -> StepTrace:
-        """Draft, verify and accept with another policy on the current context without committing
-        (the page's side-by-side view): the same cycle the next step() runs, numbered like it. The
-        sequence state is untouched; the random streams are the preview's own."""
+        """The cycle another policy would run on the current context, without committing (the
+        page's side-by-side view), numbered like the next step. A policy object runs as a fork: the
+        preview reads what it learnt but teaches it nothing. The random streams are the preview's own."""
         check(self.started and self.finished is None, "Nothing to preview: start a prompt first.")
-        policy = make_policy(policy) if isinstance(policy, str) else policy
-        c = self._cycle(policy, torch.Generator().manual_seed(self.cycle + 7919),
-                        torch.Generator().manual_seed(self.cycle))
-        self._annotate(c)
-        c.timings["total_s"] = c.timings["draft_s"] + c.timings["verify_s"]
-        return StepTrace(cycle=self.cycle, policy=policy.name, new_tokens=c.path_tokens + [c.bonus],
-                         new_texts=self.b.token_texts(c.path_tokens + [c.bonus]), accepted_len=len(c.path_pos),
-                         bonus=c.bonus, timings=c.timings, cumulative={}, tree=c.tree,
-                         tree_texts=self.b.token_texts(c.tree.tokens), accepted_path=c.accepted_pool, root=self.root)
+        policy = make_policy(policy) if isinstance(policy, str) else policy.fork()
+        c = self.speculate(policy, torch.Generator().manual_seed(self.cycle + 7919),
+                           torch.Generator().manual_seed(self.cycle), commit=False)
+        return preview_trace(self, c, policy.name)
 
     def generate(self) -> Trace:
         if not self.started:
@@ -161,6 +191,10 @@ class Decoder:
         while self.finished is None:
             self.step()
         return self.trace
+
+    @property
+    def trace(self) -> Trace:
+        return self.recorder.trace
 
     # ------------------------------------------------------------------ internals
     def _now(self) -> float:
@@ -178,47 +212,7 @@ class Decoder:
         self.cache.advance(1)
         self.target_forwards += 1
         self.root = nxt
-        return self._emit([nxt], None, [], None, {"draft_s": 0.0, "verify_s": t1 - t0, "commit_s": 0.0})
-
-    def _cycle(self, policy: TreePolicy, draft_gen: torch.Generator, accept_gen: torch.Generator) -> "_Cycle":
-        """Draft a tree under the root, verify it in one target forward and accept a path, without
-        committing anything (step commits; preview does not)."""
-        absorbed = self.root_g is not None  # a preview on this context already fed the head
-        t0 = self._now()
-        self._absorb()
-        runner = HeadRunner(self.b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1,
-                            sampling=self.sampling, gen=draft_gen, root_logp=self.root_logp)
-        tree = policy.draft(runner, self.root)
-        t1 = self._now()
-        need = self.cache.length + tree.n_kept
-        if need > self.cache.max_len:
-            self._grow(need + 64)
-        vb = layout(tree, self.cache.length, self.b.device)
-        feats, logits = self.b.target.forward_logits(self.cache, vb.tokens, vb.positions, vb.mask)
-        path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
-        t2 = self._now()
-        draft_s = t1 - t0 + (self._absorb_s if absorbed else 0.0)
-        return _Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus,
-                      accepted_pool=[vb.pool_idx[p] for p in path_pos],
-                      path_tokens=[int(vb.tokens[p]) for p in path_pos],
-                      timings={"draft_s": draft_s, "verify_s": t2 - t1, "commit_s": 0.0})
-
-    def _absorb(self) -> None:
-        """Feed pending (feature, next token) pairs to the head; its last output predicts the
-        feature at the root, whose logits give the root's children. Drafting work: its seconds are
-        kept for the step that drafts on this context, also when a preview did it first."""
-        if self.root_g is not None:
-            return
-        t0 = self._now()
-        feats, toks = self.pending
-        hc = self.hcache
-        n = len(toks)
-        dev = self.b.device
-        g, logp = self.b.head.forward_logprobs(hc, feats, torch.tensor(toks, device=dev),
-                                               torch.arange(hc.length, hc.length + n, device=dev), hc.length)
-        hc.advance(n)
-        self.root_g, self.root_logp = g[-1], logp[-1]
-        self._absorb_s = self._now() - t0
+        return self._emit([nxt], None, {"draft_s": 0.0, "verify_s": t1 - t0, "commit_s": 0.0})
 
     def _grow(self, n: int) -> None:
         old = self.cache
@@ -228,22 +222,8 @@ class Decoder:
         new.length = old.length
         self.cache = new
 
-    def _annotate(self, c: "_Cycle") -> None:
-        """Record on the tree the target's probability of each kept node (at its parent) and the
-        accepted flags (what the page draws; decoding does not need them)."""
-        tree, vb, logits, accepted_pool = c.tree, c.vb, c.logits, c.accepted_pool
-        sp = self.sampling if not self.sampling.greedy else SamplingParams(temperature=1.0)
-        probs = probs_from_logits(logits, sp)
-        parent = torch.tensor([max(p, 0) for p in vb.parent_pos], device=probs.device)
-        tp = probs[parent, vb.tokens].tolist()
-        tree.target_prob = [None] * len(tree.tokens)
-        for i, p in enumerate(vb.pool_idx):
-            if i > 0:
-                tree.target_prob[p] = tp[i]
-        acc = set(accepted_pool)
-        tree.accepted = [i == 0 or i in acc for i in range(len(tree.tokens))]
-
-    def _emit(self, toks, tree, accepted_pool, bonus, timings) -> StepTrace:
+    def _emit(self, toks, c: "Cycle | None", timings) -> StepTrace:
+        """Apply the stop rules to the tokens a cycle produced, extend the text, record the step."""
         eos = self.b.eos_ids
         out = []
         for t in toks:
@@ -264,28 +244,18 @@ class Decoder:
         for k in self.split:
             self.split[k] += timings[k]
         st = StepTrace(
-            cycle=self.cycle, policy=self.policy_name, new_tokens=out,
-            new_texts=self.b.token_texts(out) if self.record else [],
-            accepted_len=len(accepted_pool), bonus=bonus, timings=timings,
+            cycle=self.cycle, policy=self.policy_name, new_tokens=out, new_texts=[],
+            accepted_len=0 if c is None else len(c.path_pos), bonus=None if c is None else c.bonus,
+            timings=timings,
             cumulative={"tokens": len(self.generated), "target_forwards": self.target_forwards,
                         "wall_s": self.wall, "draft_calls": self.draft_calls},
-            tree=tree, tree_texts=self.b.token_texts(tree.tokens) if (tree is not None and self.record) else [],
-            accepted_path=accepted_pool, root=None if tree is None else tree.tokens[0],
-            finished=self.finished,
+            tree=None if c is None else c.tree, accepted_path=[] if c is None else c.accepted_pool,
+            root=None if c is None else c.tree.tokens[0], finished=self.finished,
             text_delta=self.text[len(prev):] if self.text.startswith(prev) else self.text)
         self.cycle += 1
         if self.record:
-            self.trace.steps.append(st)
+            self.recorder.record(st, c, self.sampling)
         return st
-
-    def _meta(self) -> dict:
-        pol = {"name": self.policy_name, **(self.policy.params() if self.policy is not None else {})}
-        costs = verify_profile(self.b, measure=False)  # this machine's t(N), where measured (what-if views)
-        return {"model": self.b.name, "head": self.b.head_name, "device": str(self.b.device),
-                "dtype": str(self.b.dtype).replace("torch.", ""), "policy": pol,
-                "sampling": vars(self.sampling).copy(), "max_new_tokens": self.max_new_tokens,
-                "prompt_ids": self.prompt_ids, "verify_profile_s": costs,
-                "prompt_text": self.b.tokenizer.decode(self.prompt_ids)}
 
     # ------------------------------------------------------------------ summaries
     @property
@@ -308,14 +278,21 @@ class Decoder:
 
 
 @dataclass
-class _Cycle:
-    """What one draft -> verify -> accept produced, before any commit."""
+class Cycle:
+    """What one draft -> verify -> accept produced."""
     tree: DraftTree
     vb: VerifyBatch
     feats: torch.Tensor          # what the draft head reads at every verified node (forward_logits)
     logits: torch.Tensor
     path_pos: list[int]          # accepted verify positions (root excluded)
-    path_tokens: list[int]
-    accepted_pool: list[int]     # the same nodes as pool indices
     bonus: int
     timings: dict
+
+    @property
+    def path_tokens(self) -> list[int]:
+        return [int(self.vb.tokens[p]) for p in self.path_pos]
+
+    @property
+    def accepted_pool(self) -> list[int]:
+        """The accepted nodes as pool indices."""
+        return [self.vb.pool_idx[p] for p in self.path_pos]

@@ -11,11 +11,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from ..errors import UserError, check
-from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
-from .decoder import MAX_NEW_TOKENS, Decoder
 from ..cycle.sampling import SamplingParams
 from ..cycle.trace import StepTrace
+from ..errors import UserError, check
+from ..model.timing import verify_profile
+from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
+from .decoder import MAX_NEW_TOKENS, Decoder
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,10 @@ class Race:
         decs = [Decoder(bundle, s.policy, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
                 Decoder(bundle, s.compare, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
                 Decoder(bundle, PLAIN, s.sampling(), max_new_tokens=s.max_new_tokens)]
+        costs = verify_profile(bundle, measure=False)  # this machine's t(N): the what-if views price with it
         for d in decs:
             d.start(prompt)
+            d.trace.meta["verify_profile_s"] = costs
         self.main, self.cmp, self.plain = decs
         self.prompt, self.settings, self.previews = prompt, s, {}
 
@@ -117,7 +120,7 @@ class Race:
         if m.finished is not None:
             return
         if self.settings.side_by_side and self.cmp.policy is not None:
-            pv = m.preview(self.cmp.policy)  # the comparison's own policy object keeps what it learnt
+            pv = m.preview(self.cmp.policy)  # a fork of the comparison's policy: what it learnt, unchanged by this
             self.previews[pv.cycle] = pv
         m.step()
         goal = len(m.generated)

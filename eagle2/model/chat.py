@@ -1,5 +1,7 @@
-"""The chat template, in one place: messages -> the token ids the model continues from."""
+"""The chat template, in one place: a prompt or messages -> the token ids the model continues from."""
 from __future__ import annotations
+
+from ..errors import check
 
 
 def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
@@ -9,3 +11,16 @@ def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = True
     if hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return list(ids)
+
+
+def prompt_ids(tokenizer, prompt: str | None = None, messages: list | None = None, raw: bool = False) -> list[int]:
+    """A user's prompt (one user turn) or a list of chat messages as token ids; `raw` (or a
+    tokenizer without a chat template) takes the prompt's text as it is."""
+    if messages is None:
+        check(isinstance(prompt, str) and prompt.strip() != "", "The prompt is empty: type something first.")
+        if raw or not getattr(tokenizer, "chat_template", None):
+            return tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        messages = [{"role": "user", "content": prompt}]
+    check(len(messages) > 0 and all(isinstance(m, dict) and str(m.get("content", "")).strip()
+                                    for m in messages), "Every chat message needs some text.")
+    return chat_ids(tokenizer, messages)

@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -192,9 +191,10 @@ class CompiledTarget:
             self.sets.append(self.head_set)
         self.worker: subprocess.Popen | None = None
         self.error: str | None = None
-        self._last_poll = 0.0
         self._lock = threading.Lock()
-        self._loader: threading.Thread | None = None
+        self._loading = False
+        self._watcher: threading.Thread | None = None
+        self._stopped = threading.Event()
         # called once (in the loading thread) when every package has loaded: the app measures the
         # compiled forward's t(N) there, so no visitor's first Step waits for it
         self.on_complete = None
@@ -224,7 +224,7 @@ class CompiledTarget:
         if not self._lock.acquire(blocking=False):
             return
         try:
-            self._last_poll = time.monotonic()
+            self._loading = True
             for s in self.sets:
                 self.error = s.load_landed() or self.error
             if self.complete() and self.on_complete is not None:
@@ -235,21 +235,22 @@ class CompiledTarget:
                 finally:
                     self.measuring = False
         finally:
+            self._loading = False
             self._lock.release()
         if self.worker is not None and self.worker.poll() not in (None, 0) and self.error is None:
             self.error = f"background compile exited with code {self.worker.returncode}"
 
-    def poll_in_background(self) -> None:
-        """`poll` in a thread, checked at most every 2 s: loading a package takes seconds, which a
-        decode step must not wait for (the eager path serves until it lands)."""
-        now = time.monotonic()
-        if (now - self._last_poll < 2.0 or self.complete()
-                or (self._loader is not None and self._loader.is_alive())):
-            return
-        self._last_poll = now
-        if self.landed():
-            self._loader = threading.Thread(target=self.poll, daemon=True, name="eagle2-load-compiled")
-            self._loader.start()
+    def _watch(self) -> None:
+        """The one thread that picks up packages while the background compile runs: it looks at
+        the folder every 2 s and loads what landed (seconds each, which no forward waits for: the
+        eager path serves until then), and ends when every package is in or the compile ended."""
+        while not self._stopped.wait(2.0):
+            done = self.worker is None or self.worker.poll() is not None
+            if self.landed():
+                self.poll()
+            if self.complete() or done:
+                self.poll()  # the last packages, and the compile's exit status
+                return
 
     def build(self, log=None) -> None:
         """Compile every missing package in this process (the target's take minutes each on a
@@ -266,23 +267,26 @@ class CompiledTarget:
         cmd = [sys.executable, "-m", "eagle2", "compile", *argv, "--background",
                "--buckets", ",".join(map(str, self.target.buckets))]
         self.worker = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2],
+                                       stdin=subprocess.PIPE,  # its end of file tells it the app is gone
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        preexec_fn=(lambda: os.nice(15)) if hasattr(os, "nice") else None)
         atexit.register(self.stop)  # a half-built package is never renamed into place: safe to stop
+        self._watcher = threading.Thread(target=self._watch, daemon=True, name="eagle2-load-compiled")
+        self._watcher.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         if self.worker is not None and self.worker.poll() is None:
             self.worker.terminate()
 
     def describe(self) -> str:
         """One line for the CLI and the page: which path runs."""
-        self.poll_in_background()
         ready = sorted(self.target.runners)
         n, total = sum(len(s.runners) for s in self.sets), sum(len(s.buckets) for s in self.sets)
         head = ""
         if self.head_set is not None and self.head_set.complete():
             head = " and draft head"
-        if self._loader is not None and self._loader.is_alive() and not self.complete():
+        if self._loading and not self.complete():
             return f"eager forward while the compiled one loads ({n} of {total} packages ready)"
         if self.complete():
             note = "; measuring its verification costs t(N) in the background" if self.measuring else ""
@@ -299,7 +303,6 @@ class CompiledTarget:
     @torch.no_grad()
     def run(self, cache, tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None):
         """The target: (features [T, D], logits [T, V]), K/V written at cache slots length.. ."""
-        self.poll_in_background()
         T = tokens.numel()
         B = self.target.bucket(T)
         if B is None or cache.k.shape[1] != 1:

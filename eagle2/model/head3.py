@@ -74,7 +74,7 @@ class Eagle3Head(DraftHead):
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         return super().draft_logprobs(self.norm(g))
 
-    # ------------------------------------------------------------ training (tools/train.py)
+    # ------------------------------------------------------------ training (eagle2_train/train.py)
 
     def trainable_lm_head(self, weight: torch.Tensor) -> None:
         """Make the LM head a trained parameter starting from `weight` [V_draft, D] (the target's

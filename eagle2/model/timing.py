@@ -12,11 +12,11 @@ import json
 import math
 import statistics
 import threading
-import time
 from collections import deque
 
 import numpy as np
 import torch
+from torch.utils.benchmark import Timer
 
 from ..devices import is_cuda
 from .weights import cache_dir
@@ -41,19 +41,23 @@ def prefilled_cache(target, context: int, room: int):
     return cache
 
 
+def timer(call) -> Timer:
+    """torch's benchmark timer for `call()`, at this process's thread count (its default is one
+    thread) and synchronising CUDA around each timing."""
+    return Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
+
+
 def interleaved_medians(dev: torch.device, variants: dict, call, repeats: int) -> dict[str, float]:
     """Median seconds of `call()` under each variant (`variants[name]()` switches to it), the
     variants taken in turn within every repeat (fair against machine drift); one warm-up round."""
     times = {name: [] for name in variants}
+    t = timer(call)
     for r in range(repeats + 1):
         for name, switch in variants.items():
             switch()
-            sync(dev)
-            t0 = time.perf_counter()
-            call()
-            sync(dev)
+            seconds = t.timeit(1).times[0]
             if r:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(seconds)
     return {name: float(np.median(v)) for name, v in times.items()}
 
 

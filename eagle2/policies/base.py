@@ -10,6 +10,7 @@ fields are their parameters; `from_options` builds one from the common tree flag
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
@@ -59,6 +60,13 @@ class TreePolicy:
 
     def prepare(self, bundle) -> None:
         """Per-model set-up outside the timed steps (a measured cost table, a neighbour index)."""
+
+    def fork(self) -> "TreePolicy":
+        """A copy that starts from what this policy has learnt (running statistics, measured costs)
+        and keeps its own from then on: a preview drafts with it and teaches the original nothing.
+        Tensors (neighbour indexes, tables) are shared, read-only."""
+        memo = {id(v): v for v in vars(self).values() if isinstance(v, torch.Tensor)}
+        return copy.deepcopy(self, memo)
 
     def params(self) -> dict:
         """What the trace's meta records about this policy."""

@@ -87,6 +87,7 @@ def check_generate(a) -> dict:
 def cmd_generate(a) -> int:
     from ..decoding.decoder import Decoder
     from ..model.loading import load_bundle
+    from ..model.timing import verify_profile
 
     a.policy = resolve_policy(a)
     sp = sampling_from(a)
@@ -108,6 +109,7 @@ def cmd_generate(a) -> int:
         if not a.json:
             print(st.text_delta, end="", flush=True)
     if a.trace_out:
+        dec.trace.meta["verify_profile_s"] = verify_profile(bundle, measure=False)  # for the what-if views
         dec.trace.save(a.trace_out)
     s = dec.summary()
     if a.json:

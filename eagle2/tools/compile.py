@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
-import time
 
 from .flags import add_model_args, apply_threads
 
@@ -28,13 +28,11 @@ def parse_buckets(text: str) -> tuple[int, ...]:
     return out
 
 
-def exit_with_parent(every: float = 2.0) -> None:
-    """A daemon thread that ends this process once its parent is gone (it is re-parented)."""
-    parent = os.getppid()
-
+def exit_with_parent() -> None:
+    """A daemon thread that ends this process once its parent is gone: the app holds the write end
+    of this process's stdin, which the kernel closes when the app exits, however it exits."""
     def watch():
-        while os.getppid() == parent:
-            time.sleep(every)
+        sys.stdin.buffer.read()  # blocks until end of file
         os._exit(0)  # a half-written package is a .part file, never renamed into place
 
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()

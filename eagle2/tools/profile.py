@@ -9,27 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 
 from ..model.llama import Linear
 from ..model.loading import load_bundle
-from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, sync
+from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, timer
 from .flags import add_compile_args, add_model_args, apply_compile, apply_threads
 
 
 def best_s(dev, call, repeats: int) -> float:
     """The fastest of `repeats` timed calls (bandwidth: the machine's best, not its mood)."""
-    best = float("inf")
-    for _ in range(repeats):
-        sync(dev)
-        t0 = time.perf_counter()
-        call()
-        sync(dev)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    t = timer(call)
+    return min(t.timeit(1).times[0] for _ in range(repeats))
 
 
 def bandwidth_gbs(dev, mb: int = 1024, repeats: int = 5) -> float:
