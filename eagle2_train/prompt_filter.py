@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from eagle2.errors import UserError
+from eagle2.files import atomic_write
 from eagle2.model.weights import ASSETS
 
 PROMPTS = ASSETS / "prompts"
@@ -196,7 +197,4 @@ def new_deduper(exclude=(), protected=PROTECTED, extra_protected=()) -> Deduper:
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     """Replace `path` atomically (a crash never leaves half a file)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

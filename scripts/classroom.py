@@ -29,9 +29,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ui.screenshot import free_port, stop_group  # the installed project (pip install -e .)
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from ui.screenshot import free_port, stop_group  # noqa: E402 (the repository root first)
 PROMPTS = ["Write a haiku about the sea.", "Explain photosynthesis in two sentences.",
            "Give three tips for learning to code.", "What is a prime number?",
            "Describe a cat to someone who has never seen one.", "Why is the sky blue?",
@@ -111,7 +111,6 @@ def forward_line(server: Server) -> str:
 
 def step_args(prompt: str, max_new_tokens: int) -> list:
     """/step's parameters at the page's defaults for a CPU, as a browser sends them."""
-    sys.path.insert(0, str(ROOT))
     from ui.session import defaults
     d = defaults("cpu")
     return [prompt, d.policy, d.compare, d.total_tokens, d.depth, d.top_k, d.temperature, d.top_p, d.seed,

@@ -7,10 +7,11 @@ prepacks the weights as the data stage now does (0: as it did before); BATCH: --
 Prints one JSON line (tokens counted from batched_generate's outputs). benchmarks/README.md
 "selfdistill-rate" has the figures.
 """
-import sys, time, json, tempfile
+import os, sys, time, json, tempfile
 from pathlib import Path
 repo, pack, batch, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-sys.path.insert(0, repo)
+if os.environ.get("PYTHONPATH") != repo:  # import eagle2 from REPO, ahead of the installed checkout
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONPATH": repo})
 import torch
 torch.set_num_threads(2)
 import eagle2_train.selfdistill as sd
@@ -19,6 +20,9 @@ from eagle2_train.train import target_folder
 from eagle2.model.loading import load_target
 from eagle2.model.weights import DEFAULT_PRESET
 from transformers import AutoTokenizer
+import eagle2
+for mod in (eagle2, sd):  # not the installed checkout's, for a module REPO lacks
+    assert Path(mod.__file__).resolve().is_relative_to(Path(repo).resolve()), f"{mod.__name__} is not {repo}'s"
 folder = target_folder(DEFAULT_PRESET)
 tok = AutoTokenizer.from_pretrained(str(folder))
 m = load_target(folder, torch.device("cpu"), torch.float32)

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 PROMPT = "Explain why the sky is blue to a ten-year-old."
 
 # Installed in the page before its own scripts. Times are performance.now() in the page:

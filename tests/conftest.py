@@ -3,13 +3,10 @@
 # Tiny randomly initialised HF checkpoints (+ a word-level tokenizer) written to temp folders,
 # and the real default bundle, loaded once per session.
 # ---------------------------------------------------------------------------------------------
+# eagle2, ui and viz come from the installed project (pip install -e ".[dev]", tests/run.sh);
+# scripts/ from pyproject.toml's pytest `pythonpath`.
 import os as _os
-import sys as _sys
 from pathlib import Path as _Path
-
-_REPO = _Path(__file__).resolve().parent.parent
-if str(_REPO) not in _sys.path:
-    _sys.path.insert(0, str(_REPO))
 
 import pytest as _pytest
 import torch as _torch
@@ -20,6 +17,26 @@ if _os.environ.get("EAGLE2_TEST_THREADS"):
     _torch.set_num_threads(int(_os.environ["EAGLE2_TEST_THREADS"]))
 elif (_os.cpu_count() or 1) <= 2:
     _torch.set_num_threads(1)
+
+
+# The t(N) cache the tests write (tiny models' tables included) is a temporary copy of the user's
+# (its real-model tables keep the tests from measuring them again), never the user's own file;
+# subprocesses (the app, the CLI) inherit the variable.
+@_pytest.fixture(scope="session", autouse=True)
+def _private_timing_cache(tmp_path_factory):
+    import shutil
+    from eagle2.model.timing import profile_path
+    users = profile_path()
+    ours = tmp_path_factory.mktemp("timing") / "verify_times.json"
+    if users.is_file():
+        shutil.copyfile(users, ours)
+    before = _os.environ.get("EAGLE2_TIMING_CACHE")
+    _os.environ["EAGLE2_TIMING_CACHE"] = str(ours)
+    yield ours
+    if before is None:
+        _os.environ.pop("EAGLE2_TIMING_CACHE", None)
+    else:
+        _os.environ["EAGLE2_TIMING_CACHE"] = before
 
 
 def write_word_tokenizer(folder, vocab_size: int) -> None:
@@ -97,3 +114,18 @@ def real_bundle(real_folder):
     """The default bundle (target + whatever head the preset ships), loaded once per session."""
     from eagle2.model.loading import load_bundle
     return load_bundle()
+
+
+@_pytest.fixture(scope="module")
+def sampling_setup(tiny_target):
+    """(bundle, logits) for the sampling losslessness tests (test_lossless, test_budget): a tiny
+    random Llama (vocab lossless_cases.SV) with a random head, and the target's logits of every
+    prefix SPROMPT, SPROMPT+x1, SPROMPT+x1+x2 from one batched transformers run."""
+    from eagle2.model.loading import load_bundle
+    from lossless_cases import SPROMPT, SV
+    folder, hf = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
+    bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
+    seqs = _torch.tensor([SPROMPT + [a, b] for a in range(SV) for b in range(SV)])
+    with _torch.no_grad():
+        logits = hf(seqs).logits.float()  # [V*V, len+2, V]
+    return bundle, logits

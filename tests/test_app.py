@@ -28,19 +28,9 @@ from ui.screenshot import free_port
 from ui.session import Session, Settings
 from ui.traces import shipped_traces
 from ui.view import View
+from page_controls import DISPLAY, SMALL, STEP_API, ui
 
-SMALL = dict(policy="eagle2", compare="static", total_tokens=10, depth=3, top_k=4, temperature=0.0,
-             top_p=1.0, seed=0, max_new_tokens=8, side_by_side=True)
-DISPLAY = dict(colour_by="path value", show_dropped=False)
 SKIP = type(gr.skip())
-# What the API returns for Step, by name: the Live outputs but the session (a gr.State stays on the server).
-STEP_API = [n for n in handlers.LIVE if n != "session"]
-
-
-def ui(**over):
-    """The Live tab's control values, in the order the handlers take them."""
-    d = dict(SMALL, **DISPLAY, **over)
-    return [d[k] for k in handlers.CONTROLS]
 
 
 def settings_ui(**over):
@@ -304,7 +294,7 @@ def test_auto_budget_policy_in_a_session(bundle):
     assert steps and all(1 <= s.tree.record.n <= 12 for s in steps)
     assert all(sum(map(bool, s.tree.kept)) == s.tree.record.n for s in steps)
     assert all(max(s.tree.depths) <= 5 for s in steps)  # depth 4 expansions reach depth 5 at most
-    text = viz.explain_text(steps[-1], "rerank")
+    text = viz.explain_text(steps[-1], viz.explain.RERANK)
     assert f"N = {steps[-1].tree.record.n}" in text and "Hardware-aware budget" in text
     assert list(render(sess.view())) == list(DASH)
     with pytest.raises(UserError, match="total tokens"):
@@ -424,7 +414,7 @@ def unreadable_uploads(tmp_path) -> dict[str, tuple[Path, str]]:
         "no steps": (edited(lambda d: d.update(steps=[])), "has no steps"),
         "meta not an object": (edited(lambda d: d.update(meta=5)), "malformed"),
         "a step's field": (edited(lambda d: d["steps"][1].update(timings=None)),
-                           "cycle 1: timings should be an object of numbers"),
+                           "the trace is malformed (steps[1].timings: expected dict of float, got None)"),
         "cyclic tree": (edited(cyclic_tree), "parent is not an earlier node"),
         "a series' counts": (edited(lambda d: d["meta"]["viz"]["series"][0]["accepted"].__setitem__(1, 10 ** 9)),
                              "accepted count is out of range"),        # would allocate GBs in a histogram

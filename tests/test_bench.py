@@ -3,6 +3,9 @@ speedups relative to plain from the same run, greedy identity re-checked, clear 
 import csv
 import json
 
+import pytest
+
+from eagle2.tools.bench import Row
 from eagle2.tools.cli import main as cli_main
 from viz.report import main as report_main
 
@@ -11,6 +14,7 @@ def write_prompts(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+@pytest.mark.slow
 def test_bench_writes_summary_csv_and_report(tmp_path):
     prompts = tmp_path / "p.jsonl"
     write_prompts(prompts, [
@@ -38,6 +42,16 @@ def test_bench_writes_summary_csv_and_report(tmp_path):
     assert "Speedup over plain" in html and "top_k = 2" in html
 
 
+def test_bench_rows_parse_once_and_keep_their_names():
+    """--policies entries become typed rows; each row's label is the name the output has always used."""
+    for entry, row in [("plain", Row("plain")), ("eagle2@eager", Row("eagle2", "eager")),
+                       ("eagle2-auto@eager-head", Row("eagle2-auto", "eager-head")),
+                       ("hf-pld", Row("hf-pld"))]:
+        assert Row.parse(entry) == row and row.label == entry
+    assert Row("hf-pld").baseline and not Row("eagle2", "eager").baseline
+    assert Row("eagle2", sweep=(8, 3, 4)).label == "eagle2[N=8,d=3,k=4]"
+
+
 def test_bench_rejects_a_malformed_prompt_file(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question_id": 1, "turns": "not a list"}\n')
@@ -46,6 +60,7 @@ def test_bench_rejects_a_malformed_prompt_file(tmp_path, capsys):
     assert "line 1" in err and "turns" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_bench_auto_budget_rows(tmp_path, capsys):
     """The auto budget: eagle2-auto chooses N and depth per cycle, eagle2-auto-n only N; both lossless."""
     prompts = tmp_path / "p.jsonl"

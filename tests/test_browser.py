@@ -12,6 +12,8 @@ import pytest
 from eagle2.decoding.race import RaceSettings
 from ui.screenshot import chromium, open_page, serve_app, step, wait_model_ready, wait_status
 
+pytestmark = pytest.mark.slow  # a real server and browser
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 VIEWPORT = {"width": 1600, "height": 1000}

@@ -13,13 +13,14 @@ import itertools
 from collections import Counter
 
 import numpy as np
+import pytest
 import torch
 
 from eagle2.policies.auto import AutoBudgetPolicy, best_rate
 from eagle2.decoding.decoder import Decoder
 from eagle2.cycle.sampling import SamplingParams
 
-from test_lossless import ALPHA, SPROMPT, SV, chi_square, exact_joint, sampling_setup  # noqa: F401 (fixture)
+from lossless_cases import ALPHA, PROMPTS, SPROMPT, SV, chi_square, exact_joint
 
 
 def test_best_rate_is_the_argmax_of_expected_tokens_per_second():
@@ -57,8 +58,8 @@ def test_adaptive_depth_follows_costs(tiny_target):
     assert levels.get("3", 0) == 1 and levels.get("0", 0) == cheap_verify.stats["cycles"] - 1
 
 
+@pytest.mark.slow
 def test_greedy_identity_real_model(real_bundle):
-    from test_lossless import PROMPTS
     from eagle2.model.timing import verify_profile
     prof = verify_profile(real_bundle)
     for p in PROMPTS[:2]:
@@ -71,6 +72,7 @@ def test_greedy_identity_real_model(real_bundle):
         assert dec.generated == ref.generated
 
 
+@pytest.mark.slow
 def test_sampling_first_tokens_match_target(sampling_setup):
     bundle, logits = sampling_setup
     sp = SamplingParams(temperature=1.0, top_p=1.0, seed=0)
@@ -135,7 +137,7 @@ def test_a_corrected_table_is_written_back(sampling_setup, tmp_path, monkeypatch
     cached table (not monotone) is measured again instead of used."""
     import json
     from eagle2.model import timing
-    monkeypatch.setattr(timing, "cache_dir", lambda: tmp_path)
+    monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(tmp_path / "verify_times.json"))
     bundle, _ = sampling_setup
     key = timing._cache_key(bundle)
     assert f"torch {torch.__version__}" in key and f"{torch.get_num_threads()}t" in key

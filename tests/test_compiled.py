@@ -131,6 +131,7 @@ def compiled_tiny(tiny, tmp_path_factory):
     tiny.target.compiled = tiny.head.compiled = None
 
 
+@pytest.mark.slow
 def test_compiled_logits_equal_eager(tiny, compiled_tiny):
     m = tiny.target
     g = torch.Generator().manual_seed(2)
@@ -152,6 +153,7 @@ def test_compiled_logits_equal_eager(tiny, compiled_tiny):
         assert torch.allclose(c1.k[:, :, :, L:L + T], c2.k[:, :, :, L:L + T], atol=1e-5)  # K/V written
 
 
+@pytest.mark.slow
 def test_compiled_head_equals_eager(tiny, compiled_tiny):
     h = tiny.head
     g = torch.Generator().manual_seed(4)
@@ -184,6 +186,7 @@ def decode(bundle, policy, prompt, **kw):
                                        ("eagle2", dict(total_tokens=4, depth=3, top_k=2)),
                                        ("eagle2", dict(total_tokens=12, depth=4, top_k=3))],
                          ids=["plain", "static", "eagle2-4", "eagle2-12"])
+@pytest.mark.slow
 def test_greedy_identity_on_compiled_path(tiny, compiled_tiny, policy, kw):
     prompts = [[5, 17, 33, 2, 9], [40, 41, 42], list(range(3, 20))]
     tiny.target.compiled = tiny.head.compiled = None
@@ -221,6 +224,7 @@ def test_a_torch_without_the_package_loader_stays_eager(tiny, monkeypatch):
     assert tiny.target.compiled is None and "cannot load compiled packages" in line
 
 
+@pytest.mark.slow
 def test_profile_times_the_draft_call_both_ways(tiny, compiled_tiny):
     from eagle2.tools.profile import draft_calls_s
     tiny.head.compiled = compiled_tiny
@@ -246,10 +250,11 @@ def compiled_real(real_bundle, tmp_path_factory):
     real_bundle.target.compiled = real_bundle.head.compiled = None
 
 
+@pytest.mark.slow
 def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real):
     """Plain and EAGLE-2 decoding through the compiled target and head emit exactly the eager
     plain decoder's tokens on the lossless suite's prompts."""
-    from test_lossless import EAGLE2_COMPACT, PROMPTS
+    from lossless_cases import EAGLE2_COMPACT, PROMPTS
     prompts = PROMPTS[:3]
 
     def run(policy, p, **kw):
@@ -273,16 +278,17 @@ def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real)
 
 # ------------------------------------------------------------------ the CLIs around it
 
+@pytest.mark.slow
 def test_bench_eager_rows_detach_the_compiled_forward(tiny, compiled_tiny):
-    from eagle2.tools.bench import forward_path, summarise
+    from eagle2.tools.bench import Row, forward_path, summarise
     tiny.target.compiled = tiny.head.compiled = compiled_tiny
     try:
-        with forward_path(tiny, "plain@eager"):
+        with forward_path(tiny, Row.parse("plain@eager")):
             assert tiny.target.compiled is None and tiny.head.compiled is None
         assert tiny.target.compiled is compiled_tiny and tiny.head.compiled is compiled_tiny
-        with forward_path(tiny, "eagle2-auto@eager-head"):
+        with forward_path(tiny, Row.parse("eagle2-auto@eager-head")):
             assert tiny.target.compiled is compiled_tiny and tiny.head.compiled is None
-        with forward_path(tiny, "eagle2-auto"):
+        with forward_path(tiny, Row.parse("eagle2-auto")):
             assert tiny.target.compiled is compiled_tiny and tiny.head.compiled is compiled_tiny
     finally:
         tiny.target.compiled = tiny.head.compiled = None

@@ -25,6 +25,7 @@ def test_shipped_head_is_present_and_loaded_by_default(real_bundle):
 
 
 @pytest.mark.parametrize("policy", ["eagle2"])
+@pytest.mark.slow
 def test_shipped_head_tau_on_heldout_prompts(real_bundle, policy):
     toks = fwds = 0
     for p in heldout(3):

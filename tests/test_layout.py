@@ -78,7 +78,7 @@ def test_no_import_cycle_in_the_engine():
 
 
 # eagle2's packages, lowest first: a module may import its own layer and those below, never above
-LAYERS = (("errors", "devices"), ("model",), ("cycle",), ("policies",), ("decoding",), ("tools",))
+LAYERS = (("errors", "devices", "files"), ("model",), ("cycle",), ("policies",), ("decoding",), ("tools",))
 
 
 def layer_of(module: str) -> int:
@@ -131,7 +131,8 @@ def runtime_files():
 
 def test_plain_is_named_in_one_place():
     where = {(p.relative_to(ROOT).as_posix(), n) for p, n in _string_uses(runtime_files(), "plain")}
-    assert {f for f, _ in where} <= {"eagle2/policies/registry.py"}, where
+    # profile.py's "plain" is a matmul without prepacked weights (a key of its output), not the decoder
+    assert {f for f, _ in where} <= {"eagle2/policies/registry.py", "eagle2/tools/profile.py"}, where
 
 
 def test_device_strings_are_read_in_one_place():

@@ -18,26 +18,16 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from eagle2.decoding.decoder import Decoder
 from eagle2.model.loading import load_bundle
 from eagle2.cycle.sampling import SamplingParams, probs_from_logits
 from eagle2.cycle import verify as V
-
-ALPHA = 1e-3  # false-alarm rate of each chi-square test
+from lossless_cases import ALPHA, EAGLE2_COMPACT, PROMPTS, SPROMPT, SV, chi_square, exact_joint
 
 # ------------------------------------------------------------------ (a) greedy, real model
 
-PROMPTS = [
-    dict(prompt="Write a short story about a robot who learns to paint."),
-    dict(prompt="List ten prime numbers and explain why each one is prime."),
-    dict(prompt='def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n', raw=True),
-    dict(prompt="Explain in detail how the gears of a bicycle work."),
-    dict(prompt="Traduis en français : The weather is nice today and we are going to the beach."),
-]
 NEW_TOKENS = 64
-EAGLE2_COMPACT = dict(total_tokens=16, depth=4, top_k=4)  # pool 69 nodes; keeps the CPU suite short
 
 
 def run(bundle, policy, p, **kw):
@@ -53,6 +43,7 @@ def plain_refs(real_bundle):
 
 
 @pytest.mark.parametrize("policy,kw", [("static", {}), ("eagle2", EAGLE2_COMPACT)], ids=["static", "eagle2"])
+@pytest.mark.slow
 def test_greedy_identity_default_head(real_bundle, plain_refs, policy, kw):
     for p, ref in zip(PROMPTS, plain_refs):
         dec = run(real_bundle, policy, p, **kw)
@@ -61,6 +52,7 @@ def test_greedy_identity_default_head(real_bundle, plain_refs, policy, kw):
         assert len(ref) == NEW_TOKENS or dec.finished == "eos"
 
 
+@pytest.mark.slow
 def test_greedy_identity_random_head(real_bundle, plain_refs):
     """A random head (drafts nearly always rejected) with the paper's EAGLE-2 settings (N=60, d=5,
     k=10); 32 tokens, as every cycle of a random head costs a 60-token verification."""
@@ -73,9 +65,8 @@ def test_greedy_identity_random_head(real_bundle, plain_refs):
 
 
 # ------------------------------------------------------------------ (b) sampling, tiny model
+# (the tiny model and its exact logits: conftest.py's sampling_setup)
 
-SV = 12
-SPROMPT = [3, 7, 1, 9]
 SAMPLING_CASES = [
     # (policy, policy kwargs, temperature, top_p, runs)
     ("eagle2", dict(total_tokens=6, depth=2, top_k=3), 1.0, 1.0, 1500),
@@ -85,47 +76,9 @@ SAMPLING_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def sampling_setup(tiny_target):
-    folder, hf = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
-    bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
-    # logits of every prefix prompt, prompt+x1, prompt+x1+x2 from one batched transformers run
-    seqs = torch.tensor([SPROMPT + [a, b] for a in range(SV) for b in range(SV)])
-    with torch.no_grad():
-        logits = hf(seqs).logits.float()  # [V*V, len+2, V]
-    return bundle, logits
-
-
-def exact_joint(logits, sp: SamplingParams) -> np.ndarray:
-    """P(x1, x2, x3) under plain sampling with `sp`: [V, V, V]."""
-    p1 = probs_from_logits(logits[0, -3], sp).double()                          # [V]
-    p2 = probs_from_logits(logits[::SV, -2], sp).double()                       # [V(x1), V]
-    p3 = probs_from_logits(logits[:, -1], sp).double().view(SV, SV, SV)         # [x1, x2, V]
-    return (p1[:, None, None] * p2[:, :, None] * p3).numpy()
-
-
-def chi_square(counts: Counter, probs: dict, n: int) -> tuple[float, int]:
-    """Pearson chi-square over cells with expected count >= 5; the rest pooled into one bin."""
-    obs, exp = [], []
-    pooled_o = pooled_e = 0.0
-    for cell, p in probs.items():
-        e = n * p
-        if e >= 5:
-            obs.append(counts.get(cell, 0))
-            exp.append(e)
-        else:
-            pooled_o += counts.get(cell, 0)
-            pooled_e += e
-    if pooled_e > 0:
-        obs.append(pooled_o)
-        exp.append(pooled_e)
-    obs, exp = np.array(obs, float), np.array(exp, float)
-    stat = float(((obs - exp) ** 2 / exp).sum())
-    return float(stats.chi2.sf(stat, len(obs) - 1)), len(obs)
-
-
 @pytest.mark.parametrize("policy,kw,temp,top_p,runs", SAMPLING_CASES,
                          ids=[f"{c[0]}-T{c[2]}-p{c[3]}" for c in SAMPLING_CASES])
+@pytest.mark.slow
 def test_sampling_first_tokens_match_target(sampling_setup, policy, kw, temp, top_p, runs):
     bundle, logits = sampling_setup
     sp = SamplingParams(temperature=temp, top_p=top_p, seed=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -81,6 +82,7 @@ def test_bundle_is_packed_and_matches_unpacked(tiny_target):
     torch.testing.assert_close(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_profile_cli_compares_packed_and_plain(tiny_target, tmp_path):
     from eagle2.tools.profile import main as profile_main
     folder, _ = tiny_target("packed", vocab=64, lm_std=0.4)

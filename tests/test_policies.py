@@ -16,22 +16,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from eagle2.cycle import verify as V  # noqa: E402
-from eagle2.decoding.decoder import Decoder  # noqa: E402
-from eagle2.errors import UserError  # noqa: E402
-from eagle2.policies.registry import make_policy  # noqa: E402
-from eagle2.cycle.sampling import SamplingParams, probs_from_logits  # noqa: E402
+from eagle2.cycle import verify as V
+from eagle2.decoding.decoder import Decoder
+from eagle2.errors import UserError
+from eagle2.policies.registry import make_policy
+from eagle2.cycle.sampling import SamplingParams, probs_from_logits
 
 ALPHA = 1e-3  # false-alarm rate of every statistical test in this file
 
@@ -97,6 +92,7 @@ REAL_POLICIES = {
 
 
 @pytest.mark.parametrize("policy", sorted(REAL_POLICIES))
+@pytest.mark.slow
 def test_greedy_identity_real_model(real, policy):
     b, plain = real
     tokens = forwards = 0

@@ -17,8 +17,10 @@ import urllib.request
 
 import pytest
 
-from test_app import STEP_API, ui
+from page_controls import STEP_API, ui
 from app_process import REPO, App
+
+pytestmark = pytest.mark.slow  # a real server on the compiled path
 STEP_TIMEOUT = 90.0   # one Step of the tiny model takes well under a second; a hang never answers
 
 

@@ -58,6 +58,7 @@ def test_head_label_is_a_name_not_a_machine_path(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ python app.py, for real
 
+@pytest.mark.slow
 def test_app_says_when_the_model_is_ready(tmp_path, tiny_target):
     folder, _ = tiny_target("startup", vocab=97, max_pos=64)
     app = App(tmp_path, "--target", str(folder), "--head", "random")
@@ -73,6 +74,7 @@ def test_app_says_when_the_model_is_ready(tmp_path, tiny_target):
         app.stop()
 
 
+@pytest.mark.slow
 def test_app_with_a_missing_head_folder_says_so_and_keeps_serving(tmp_path):
     app = App(tmp_path, "--head", "/nonexistent")
     try:

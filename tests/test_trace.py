@@ -1,8 +1,10 @@
-"""Trace files: typed policy records round-trip through JSON, and traces written before records
-existed (schema v1, a free `extra` dict) still load."""
+"""Trace files: typed policy records round-trip through JSON, traces written before records
+existed (schema v1, a free `extra` dict) still load, and every field of a file is checked against
+its type, a bad one giving one UserError that names where it is."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,10 @@ from eagle2.cycle.records import AutoRecord, DDDRecord, DySpecRecord, Relaxation
 from eagle2.cycle.trace import SCHEMA, StepTrace, Trace
 from eagle2.cycle.tree import DraftTree
 from eagle2.errors import UserError
+
+
+TIMES = {"draft_s": 0.1, "verify_s": 0.2, "commit_s": 0.0, "total_s": 0.3}
+TOTALS = {"tokens": 2, "target_forwards": 2, "wall_s": 0.5, "draft_calls": 2}
 
 
 def tree(record=None, **kw) -> DraftTree:
@@ -29,7 +35,7 @@ def test_records_round_trip_through_a_trace(rec):
     t = tree(rec, draft_calls=2, beam=[[1], [2]], beam_mass=[-0.1, -0.3], sampled_drafts=True)
     t.draft_dists = {0: object()}  # runtime only: never written
     st = StepTrace(cycle=1, policy="p", new_tokens=[6, 7], new_texts=["a", "b"], accepted_len=1, bonus=7,
-                   timings={}, cumulative={}, tree=t, tree_texts=["r", "a", "b"], accepted_path=[1], root=5)
+                   timings=TIMES, cumulative=TOTALS, tree=t, tree_texts=["r", "a", "b"], accepted_path=[1], root=5)
     text = Trace(meta={"m": 1}, steps=[st]).to_json()
     assert json.loads(text)["schema"] == SCHEMA and "draft_dists" not in text
     back = Trace.from_json(text).steps[0].tree
@@ -52,7 +58,7 @@ def test_record_notes_and_departure():
 
 def test_schema_v1_traces_still_load():
     d = json.loads(Trace(meta={}, steps=[StepTrace(cycle=1, policy="p", new_tokens=[6], new_texts=["a"],
-                                                  accepted_len=0, bonus=6, timings={}, cumulative={},
+                                                  accepted_len=0, bonus=6, timings=TIMES, cumulative=TOTALS,
                                                   tree=tree())]).to_json())
     d["schema"] = "eagle2-viz/trace/v1"
     tr = d["steps"][0]["tree"]
@@ -64,3 +70,121 @@ def test_schema_v1_traces_still_load():
     d["schema"] = "eagle2-viz/trace/v0"
     with pytest.raises(UserError, match="schema"):
         Trace.from_json(json.dumps(d))
+
+
+# ---------------------------------------------------------------- typed validation of trace files
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.json"))
+
+
+def good() -> dict:
+    """A small valid trace file (parsed): a prefill and a drafted step with a record."""
+    pre = StepTrace(cycle=0, policy="p", new_tokens=[5], new_texts=["r"], accepted_len=0, bonus=None,
+                    timings=TIMES, cumulative=TOTALS)
+    st = StepTrace(cycle=1, policy="p", new_tokens=[6, 7], new_texts=["a", "b"], accepted_len=1, bonus=7,
+                   timings=TIMES, cumulative=TOTALS, tree=tree(AutoRecord(n=3)), tree_texts=["r", "a", "b"],
+                   accepted_path=[1], root=5)
+    return json.loads(Trace(meta={"m": 1}, steps=[pre, st]).to_json())
+
+
+def malformed(d) -> str:
+    with pytest.raises(UserError) as e:
+        Trace.from_json(json.dumps(d))
+    msg = str(e.value)
+    assert msg.startswith("The trace is malformed (") and "Error" not in msg, msg
+    return msg
+
+
+def edited(change) -> dict:
+    d = good()
+    change(d)
+    return d
+
+
+@pytest.mark.parametrize("change,where", [
+    (lambda d: d["steps"][1]["tree"]["parents"].__setitem__(2, "1"), "steps[1].tree.parents[2]: expected int, got str"),
+    (lambda d: d["steps"][1].update(accepted_len=True), "steps[1].accepted_len: expected int, got bool"),
+    (lambda d: d["steps"][1].update(bonus=7.5), "steps[1].bonus: expected int or None, got float"),
+    (lambda d: d["steps"][1].update(new_texts="ab"), "steps[1].new_texts: expected list of str, got str"),
+    (lambda d: d["steps"][1].update(timings=None), "steps[1].timings: expected dict of float, got None"),
+    (lambda d: d["steps"][1]["timings"].update(verify_s="slow"), "steps[1].timings.verify_s: expected float, got str"),
+    (lambda d: d["steps"][1]["timings"].pop("verify_s"), "steps[1].timings: missing key 'verify_s'"),
+    (lambda d: d["steps"][0].update(cumulative={}), "steps[0].cumulative: missing key 'tokens'"),
+    (lambda d: d["steps"][1]["cumulative"].pop("wall_s"), "steps[1].cumulative: missing key 'wall_s'"),
+    (lambda d: d["steps"][1].pop("policy"), "steps[1]: missing field 'policy'"),
+    (lambda d: d["steps"][1].update(colour="red"), "steps[1]: unknown field 'colour'"),
+    (lambda d: d["steps"].__setitem__(0, 5), "steps[0]: expected dict, got int"),
+    (lambda d: d["steps"][1]["tree"]["target_prob"].append("x"),
+     "steps[1].tree.target_prob[0]: expected float or None, got str"),
+    (lambda d: d["steps"][1]["tree"]["kept"].__setitem__(1, 1), "steps[1].tree.kept[1]: expected bool, got int"),
+    (lambda d: d["steps"][1]["tree"]["beam"].append([1, None]), "steps[1].tree.beam[0][1]: expected int, got None"),
+    (lambda d: d["steps"][1]["tree"].update(draft_dists={}), "steps[1].tree: unknown field 'draft_dists'"),
+    (lambda d: d["steps"][1]["tree"].pop("tokens"), "steps[1].tree: missing field 'tokens'"),
+    (lambda d: d["steps"][1]["tree"]["record"].update(n="3"), "steps[1].tree.record.n: expected int, got str"),
+    (lambda d: d["steps"][1]["tree"]["record"].update(kind="nope"), "steps[1].tree.record.kind: unknown tree record"),
+    (lambda d: d["steps"][1]["tree"]["record"].update(x=1), "steps[1].tree.record: unknown field 'x'"),
+    (lambda d: d.update(meta=5), "meta: expected dict, got int"),
+    (lambda d: d.update(steps={}), "steps: expected list, got dict"),
+    (lambda d: d.pop("steps"), "missing field 'steps'"),
+    (lambda d: d.update(extra=1), "unknown field 'extra'"),
+])
+def test_a_bad_field_gives_one_user_error_naming_its_path(change, where):
+    assert where in malformed(edited(change))
+
+
+def test_types_are_checked_the_json_way():
+    """An int stands for a float; None where the field allows it; a preview's empty totals."""
+    d = good()
+    d["steps"][1]["tree"]["logp"] = [0, -1, -2]
+    d["steps"][1]["tree"]["target_prob"] = [None, 0.5, 1]
+    d["steps"][1]["timings"] = {"draft_s": 0, "verify_s": 1, "commit_s": 0, "total_s": 1}
+    t = Trace.from_json(json.dumps(d)).steps[1]
+    assert t.tree.logp == [0, -1, -2] and t.tree.record == AutoRecord(n=3)
+    preview = dict(d["steps"][1], cumulative={})        # a preview: a step outside the run
+    assert StepTrace.from_dict(preview).cumulative == {}
+    with pytest.raises(UserError, match="steps\\[4\\].tree.depths\\[0\\]: expected int, got float"):
+        StepTrace.from_dict(dict(preview, tree=dict(preview["tree"], depths=[0.0, 1, 2])), "steps[4]")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_traces_load(path):
+    tr = Trace.load(path)
+    assert tr.steps and all(set(s.timings) >= {"draft_s", "verify_s", "total_s"} for s in tr.steps)
+    for d in tr.meta["viz"]["previews"]:
+        StepTrace.from_dict(d)
+
+
+def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
+    """A v1 trace as the v1 recorder wrote it: policy facts in the tree's `extra`, no record, series
+    without the pricing keys, previews with empty totals; it loads, replays and passes the upload."""
+    d = json.loads(SHIPPED[0].read_text(encoding="utf-8"))
+    d["schema"] = "eagle2-viz/trace/v1"
+    for st in d["steps"] + d["meta"]["viz"]["previews"]:
+        t = st["tree"]
+        if t is not None:
+            t["extra"] = {k: t.pop(k) for k in ("beam", "beam_mass", "draft_calls")}
+            for k in ("sampled_drafts", "record"):
+                t.pop(k)
+    for s in d["meta"]["viz"]["series"]:
+        for k in ("verified", "draft_calls", "verify_s", "draft_s"):
+            s.pop(k, None)
+    d["meta"].pop("verify_profile_s")
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(d), encoding="utf-8")
+    tr = Trace.load(path)
+    assert tr.steps[1].tree.beam and tr.steps[1].tree.draft_calls > 0
+    from ui.traces import read_upload
+    view = read_upload(path)
+    assert len(view.steps) == len(tr.steps) and view.previews and len(view.series) == 3
+
+
+def test_an_upload_with_a_bad_field_says_where(tmp_path):
+    from ui.traces import read_upload
+    d = json.loads(SHIPPED[0].read_text(encoding="utf-8"))
+    d["steps"][3]["tree"]["parents"][5] = "x"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d), encoding="utf-8")
+    with pytest.raises(UserError) as e:
+        read_upload(path)
+    assert str(e.value) == ("Could not read this trace: the trace is malformed "
+                            "(steps[3].tree.parents[5]: expected int, got str).")

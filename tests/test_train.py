@@ -2,6 +2,7 @@
 self-distillation, fp16 feature cache, training whose loss decreases, a loadable head."""
 import json
 
+import pytest
 import torch
 
 from eagle2.model.head import load_head
@@ -10,6 +11,7 @@ from eagle2_train.train import main as train_main
 from eagle2.model.weights import resolve_target
 
 
+@pytest.mark.slow
 def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
     out = tmp_path / "run"
     rc = train_main(["--out", str(out), "--limit-prompts", "6", "--max-new-tokens", "24", "--gen-batch", "6",

@@ -15,6 +15,7 @@ from eagle2.cycle.trace import StepTrace, Trace
 from eagle2.cycle.records import DDDRecord, DySpecRecord, RelaxationRecord
 from eagle2.cycle.tree import DraftTree
 from viz.charts import series, speedup_series, wall_at
+from viz.explain import ACCEPT, RERANK, VERIFY, Phase
 from viz.tables import COLUMNS
 from viz.tree_graph import BONUS, LABEL_CHARS, MIN_WIDTH_PX, layout, tree_graph
 
@@ -389,8 +390,8 @@ def test_explain_keeps_every_node_in_place_across_phases():
     assert len(figs) == 6 + 3                                               # six expansion levels, rerank, verify, accept
     where = {}
     for k, f in figs.items():
-        assert f.layout.height == figs["accept"].layout.height and f.layout.xaxis.range == figs["accept"].layout.xaxis.range
-        assert f.layout.yaxis.range == figs["accept"].layout.yaxis.range
+        assert f.layout.height == figs[ACCEPT].layout.height and f.layout.xaxis.range == figs[ACCEPT].layout.xaxis.range
+        assert f.layout.yaxis.range == figs[ACCEPT].layout.yaxis.range
         for t in f.data:
             if t.customdata is not None:
                 for c, x, y in zip(t.customdata, t.x, t.y):
@@ -398,9 +399,9 @@ def test_explain_keeps_every_node_in_place_across_phases():
     G = tree_graph(st)
     deepest = max(st.tree.depths)
     for k, f in figs.items():
-        if k != "accept":    # the bonus (one deeper) is laid out in every phase but drawn, edge and all, only at the end
+        if k != ACCEPT:    # the bonus (one deeper) is laid out in every phase but drawn, edge and all, only at the end
             assert all(x is None or x <= deepest for t in f.data for x in t.x), k
-        must = viz.path_nodes(G) if k == "accept" else [0]
+        must = viz.path_nodes(G) if k == ACCEPT else [0]
         rings = [t for t in f.data if t.name == "selected for expansion"]
         must += [int(c) for t in rings for c in t.customdata]
         assert_readable(f, G, MIN_WIDTH_PX, must, clear_of_nodes=False)
@@ -508,19 +509,21 @@ def test_calibration_accumulates_over_kept_nodes(steps):
 def test_explain_phases(steps):
     st = steps[1]
     keys = [k for k, _ in viz.phases(st)]
-    assert keys == ["expand:0", "expand:1", "expand:2", "rerank", "verify", "accept"]
-    f0 = viz.explain_figure(st, "expand:0")
+    assert keys == [Phase.expand(0), Phase.expand(1), Phase.expand(2), RERANK, VERIFY, ACCEPT]
+    assert [lab for _, lab in viz.phases(st)] == ["Expand level 1", "Expand level 2", "Expand level 3", "Rerank",
+                                                  "Verify", "Accept"]
+    f0 = viz.explain_figure(st, Phase.expand(0))
     shown = trace_named(f0, "draft nodes")
     assert sorted(int(c) for c in shown.customdata) == [1, 2, 3]            # only level-1 nodes so far
     assert len(trace_named(f0, "selected for expansion").x) == 3
-    f1 = viz.explain_figure(st, "expand:1")
+    f1 = viz.explain_figure(st, Phase.expand(1))
     assert len(trace_named(f1, "selected for expansion").x) == 2            # beam[1] = [4, 6]
-    fr = viz.explain_figure(st, "rerank")
+    fr = viz.explain_figure(st, RERANK)
     assert sorted(int(c) for c in trace_named(fr, "dropped by rerank").customdata) == [3, 7, 9]
-    fv = viz.explain_figure(st, "verify")
+    fv = viz.explain_figure(st, VERIFY)
     nodes = trace_named(fv, "draft nodes")
     assert [c for c in nodes.marker.color] == pytest.approx([TARGET_P[int(c)] for c in nodes.customdata])
-    fa = viz.explain_figure(st, "accept")
+    fa = viz.explain_figure(st, ACCEPT)
     assert list(trace_named(fa, "accepted path").x) == [0, 1, 2, 3]
     # nodes keep their vertical order across phases, and the depth axis stays put
     p0 = dict(zip(shown.customdata, shown.y))
@@ -528,13 +531,13 @@ def test_explain_phases(steps):
     common = [c for c in p0 if c in pr]
     assert sorted(common, key=p0.get) == sorted(common, key=pr.get)
     assert f0.layout.xaxis.range == fr.layout.xaxis.range
-    assert "2 draft tokens accepted" not in viz.explain_text(st, "accept")
-    txt = viz.explain_text(st, "accept")
+    assert "2 draft tokens accepted" not in viz.explain_text(st, ACCEPT)
+    txt = viz.explain_text(st, ACCEPT)
     assert "Accepted here: 2 draft tokens" in txt and "emits 3 tokens" in txt
-    assert "keeps the 6 of highest value" in viz.explain_text(st, "rerank")
-    assert "4 new candidates at depth 2" in viz.explain_text(st, "expand:1")
-    assert "sampl" not in viz.explain_text(st, "accept") and "probability p(x)" in viz.explain_text(
-        st, "accept", greedy=False)
+    assert "keeps the 6 of highest value" in viz.explain_text(st, RERANK)
+    assert "4 new candidates at depth 2" in viz.explain_text(st, Phase.expand(1))
+    assert "sampl" not in viz.explain_text(st, ACCEPT) and "probability p(x)" in viz.explain_text(
+        st, ACCEPT, greedy=False)
 
 
 # ---------------------------------------------------------------- shipped traces
@@ -562,11 +565,11 @@ def test_policy_specific_explanations_and_lossy_label(steps):
     assert viz.lossy_summary(steps) is None
     html = viz.metrics_html(viz.metrics(series("lantern", [steps[0], st]), []), {"lantern": lo})
     assert "LOSSY" in html and "1 relaxed tokens" in html and "0.125" in html
-    assert "**Lossy:**" in viz.explain_text(st, "accept") and "0.125" in viz.explain_text(st, "accept")
+    assert "**Lossy:**" in viz.explain_text(st, ACCEPT) and "0.125" in viz.explain_text(st, ACCEPT)
     ds = copy.deepcopy(steps[1])
     ds.tree.record, ds.tree.sampled_drafts = DySpecRecord(mode="heap"), True
-    assert "DySpec grows the tree greedily" in viz.explain_text(ds, "expand:1")
-    assert "min(1, p(x)/q(x))" in viz.explain_text(ds, "accept", greedy=False)
+    assert "DySpec grows the tree greedily" in viz.explain_text(ds, Phase.expand(1))
+    assert "min(1, p(x)/q(x))" in viz.explain_text(ds, ACCEPT, greedy=False)
     dd = copy.deepcopy(steps[1])
     dd.tree.record = DDDRecord(threshold=-0.3, checks=[{"level": 2, "beam_mass": -0.9, "stop": True}])
-    assert "below the threshold -0.3, so it stops expanding" in viz.explain_text(dd, "expand:1")
+    assert "below the threshold -0.3, so it stops expanding" in viz.explain_text(dd, Phase.expand(1))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from eagle2.cycle.trace import Trace
@@ -139,58 +138,21 @@ def check_nesting(data, limit: int = MAX_NESTING) -> None:
                      if isinstance(v, (dict, list)))
 
 
-def _int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _num(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _list_of(ok):
-    return lambda x: isinstance(x, list) and all(ok(v) for v in x)
-
-
-# field -> (check, what it should be)
-_KINDS = {
-    "int": (_int, "a whole number"),
-    "int?": (lambda x: x is None or _int(x), "a whole number or null"),
-    "str": (lambda x: isinstance(x, str), "a string"),
-    "str?": (lambda x: x is None or isinstance(x, str), "a string or null"),
-    "bool": (lambda x: isinstance(x, bool), "true or false"),
-    "ints": (_list_of(_int), "a list of whole numbers"),
-    "nums": (_list_of(_num), "a list of numbers"),
-    "nums?": (_list_of(lambda v: v is None or _num(v)), "a list of numbers or nulls"),
-    "strs": (_list_of(lambda v: isinstance(v, str)), "a list of strings"),
-    "bools": (_list_of(lambda v: isinstance(v, bool)), "a list of true/false"),
-    "int lists": (_list_of(_list_of(_int)), "a list of lists of whole numbers"),
-    "numbers by name": (lambda x: isinstance(x, dict) and all(_num(v) for v in x.values()),
-                        "an object of numbers"),
-}
-_STEP = dict(cycle="int", policy="str", new_tokens="ints", new_texts="strs", accepted_len="int", bonus="int?",
-             timings="numbers by name", cumulative="numbers by name", tree_texts="strs", accepted_path="ints",
-             root="int?", finished="str?", text_delta="str")
-_TREE_NODES = dict(tokens="ints", parents="ints", depths="ints", ranks="ints", logp="nums", values="nums",
-                   levels="ints", kept="bools")                         # one entry per node
-_TREE_NODES_OR_NONE = dict(order="ints", target_prob="nums?", accepted="bools")   # that, or empty
-_TREE_OTHER = dict(draft_calls="int", beam="int lists", beam_mass="nums", sampled_drafts="bool")
-
-
-def _check(obj, names: dict, where: str) -> None:
-    for name, kind in names.items():
-        ok, what = _KINDS[kind]
-        if not ok(getattr(obj, name)):
-            raise UserError(f"the trace is malformed ({where}: {name} should be {what}).")
+# the tree's columns: one entry per node, or (the second) that or empty
+_TREE_NODES = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept")
+_TREE_NODES_OR_NONE = ("order", "target_prob", "accepted")
 
 
 def check_step(s, where: str) -> None:
-    """Raise a UserError unless the step's fields have the types and sizes the figures draw from."""
-    _check(s, _STEP, where)
+    """Raise a UserError unless the step's sizes and links are what the figures draw from (the
+    fields' types were checked when the trace was read: StepTrace.from_dict)."""
     if len(s.new_texts) != len(s.new_tokens):
         raise UserError(f"the trace is malformed ({where}: new_texts and new_tokens differ in length).")
     t = s.tree
-    if t is not None:
-        _check(t, {**_TREE_NODES, **_TREE_NODES_OR_NONE, **_TREE_OTHER}, where)
     if not 0 <= s.accepted_len <= (MAX_ACCEPTED if t is None else min(MAX_ACCEPTED, len(t.tokens))):
         raise UserError(f"the trace is malformed ({where}: accepted_len {s.accepted_len} is out of range).")
     if t is None:
@@ -204,13 +166,6 @@ def check_step(s, where: str) -> None:
         raise UserError(f"the trace is malformed ({where}: a tree node's parent is not an earlier node).")
     if any(not 0 < i < n for i in s.accepted_path):
         raise UserError(f"the trace is malformed ({where}: the accepted path names a node not in the tree).")
-    if t.record is not None:   # the policy's own facts: each field of the type its default has
-        for f in fields(t.record):
-            v, d = getattr(t.record, f.name), getattr(type(t.record), f.name, None)
-            want = (_num if isinstance(d, float) else _int if _int(d) else
-                    (lambda x, c=type(d): isinstance(x, c)) if isinstance(d, (str, bool)) else None)
-            if want is not None and not want(v):
-                raise UserError(f"the trace is malformed ({where}: the tree record's {f.name} is {v!r}).")
 
 
 def check_meta(meta: dict) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import viz
 from eagle2.cycle.trace import StepTrace, Trace
 from eagle2.errors import UserError
+from viz.charts import SERIES_KEYS
 from viz.charts import series as make_series
 
 VIZ_KEY = "viz"   # trace meta key holding the comparison/plain series and the side-by-side previews
@@ -34,7 +35,7 @@ class View:
         extra = tr.meta.get(VIZ_KEY) or {}
         try:
             for s in extra.get("series", []):
-                if isinstance(s, dict) and {"label", "tokens", "wall_s", "forwards", "accepted"} <= set(s):
+                if isinstance(s, dict) and SERIES_KEYS <= set(s):
                     series.append(s)
             for d in extra.get("previews", []):
                 p = StepTrace.from_dict(d)

@@ -8,14 +8,14 @@
 from .charts import (acceptance_histogram, calibration_chart, calibration_data, depth_acceptance, depth_chart,
                      forward_speedup, lossy_summary, metrics, metrics_html, race_chart, series, speedup_chart,
                      speedup_series)
-from .explain import explain_figure, explain_text, phases
+from .explain import Phase, explain_figure, explain_text, phases
 from .tables import cycle_table
 from .tokens import token_stream_html
 from .tree_graph import empty_figure, layout, path_nodes, tree_figure, tree_graph
 from .whatif import cost_table_from_trace, gpu_model_table, price_run, whatif_chart
 
-__all__ = ["acceptance_histogram", "calibration_chart", "calibration_data", "cost_table_from_trace", "cycle_table",
-           "depth_acceptance", "depth_chart", "empty_figure", "forward_speedup", "gpu_model_table", "lossy_summary",
-           "explain_figure", "explain_text", "layout", "metrics", "metrics_html", "path_nodes", "phases",
-           "price_run", "race_chart", "series", "speedup_chart", "speedup_series", "token_stream_html",
+__all__ = ["Phase", "acceptance_histogram", "calibration_chart", "calibration_data", "cost_table_from_trace",
+           "cycle_table", "depth_acceptance", "depth_chart", "empty_figure", "forward_speedup", "gpu_model_table",
+           "lossy_summary", "explain_figure", "explain_text", "layout", "metrics", "metrics_html", "path_nodes",
+           "phases", "price_run", "race_chart", "series", "speedup_chart", "speedup_series", "token_stream_html",
            "tree_figure", "tree_graph", "whatif_chart"]

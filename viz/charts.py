@@ -1,15 +1,16 @@
 """Run-level charts: the race, speedups, acceptance lengths, calibration, per-depth acceptance.
 
-A *series* is one decoder's progress, a plain dict so it can be stored in a trace's meta and
-replayed without the decoder: {"label", "role", "policy", "tokens", "wall_s", "forwards",
-"accepted"}, plus what pricing a run needs (viz/whatif.py): "verified" (tokens verified, root
-included; plain decoding 1; the prefill 0), "draft_calls", "verify_s", "draft_s". Those lists have
-one entry per cycle (cycle 0 = prefill), "accepted" one per drafted cycle. Series recorded before
-the pricing keys existed lack them; everything but the what-if works without.
+A *series* (`Series`) is one decoder's progress, a dict so it can be stored in a trace's meta and
+replayed without the decoder: "label", "role", "policy", "tokens", "wall_s", "forwards",
+"accepted" always, plus what pricing a run needs (viz/whatif.py, PRICING): "verified" (tokens
+verified, root included; plain decoding 1; the prefill 0), "draft_calls", "verify_s", "draft_s".
+Those lists have one entry per cycle (cycle 0 = prefill), "accepted" one per drafted cycle. Series
+recorded before the pricing keys existed lack them; everything but the what-if works without.
 """
 from __future__ import annotations
 
 import bisect
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,34 @@ from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base
 from .tree_graph import empty_figure
 
 
-PER_CYCLE = ("tokens", "wall_s", "forwards", "verified", "draft_calls", "verify_s", "draft_s")
+class _SeriesKeys(TypedDict):
+    label: str
+    role: str                     # "main", "compare", "plain" (ROLE_COLOURS)
+    policy: str
+    tokens: list[int]             # cumulative, per cycle
+    wall_s: list[float]           # cumulative, per cycle
+    forwards: list[int]           # cumulative target forwards, per cycle
+    accepted: list[int]           # accepted draft tokens, per drafted cycle
+
+
+class Series(_SeriesKeys, total=False):
+    """One decoder's progress (see the module docstring): the keys above always (read them as
+    s["tokens"]), those below when recorded (PRICING: check with `priced`)."""
+    finished: str | None
+    verified: list[int]           # PRICING, per cycle
+    draft_calls: list[int]
+    verify_s: list[float]
+    draft_s: list[float]
+
+
+SERIES_KEYS = frozenset(Series.__required_keys__)   # what every series holds (a recorded one too)
+PRICING = ("verified", "draft_calls", "verify_s", "draft_s")   # per cycle; older recordings lack them
+PER_CYCLE = ("tokens", "wall_s", "forwards") + PRICING
+
+
+def priced(s: Series) -> bool:
+    """Whether the series carries the per-cycle figures pricing needs (PRICING)."""
+    return all(k in s for k in PRICING)
 
 
 def verified(step) -> int:
@@ -35,32 +63,33 @@ def draft_calls(steps) -> list[int]:
     (traces recorded before trees kept their count)."""
     out, prev = [], 0
     for s in steps:
-        cum = s.cumulative.get("draft_calls")
+        cum = int(s.cumulative["draft_calls"])
         own = s.tree.draft_calls if s.tree is not None else 0
-        out.append(int(own) if own else (max(0, int(cum) - prev) if cum is not None else 0))
-        prev = int(cum) if cum is not None else prev + out[-1]
+        out.append(int(own) if own else max(0, cum - prev))
+        prev = cum
     return out
 
 
-def series(label: str, steps, role: str = "main") -> dict:
+def series(label: str, steps, role: str = "main") -> Series:
+    """The series of a run's steps (StepTraces of one decoder, cycle 0 first)."""
     steps = list(steps)
-    return {
-        "label": label, "role": role, "policy": steps[0].policy if steps else label,
-        "tokens": [int(s.cumulative.get("tokens", 0)) for s in steps],
-        "wall_s": [float(s.cumulative.get("wall_s", 0.0)) for s in steps],
-        "forwards": [int(s.cumulative.get("target_forwards", 0)) for s in steps],
-        "accepted": [int(s.accepted_len) for s in decode_steps(steps)],
-        "finished": steps[-1].finished if steps else None,
-        "verified": [verified(s) for s in steps],
-        "draft_calls": draft_calls(steps),
-        "verify_s": [float(s.timings.get("verify_s", 0.0)) for s in steps],
-        "draft_s": [float(s.timings.get("draft_s", 0.0)) for s in steps],
-    }
+    return Series(
+        label=label, role=role, policy=steps[0].policy if steps else label,
+        tokens=[int(s.cumulative["tokens"]) for s in steps],
+        wall_s=[float(s.cumulative["wall_s"]) for s in steps],
+        forwards=[int(s.cumulative["target_forwards"]) for s in steps],
+        accepted=[int(s.accepted_len) for s in decode_steps(steps)],
+        finished=steps[-1].finished if steps else None,
+        verified=[verified(s) for s in steps],
+        draft_calls=draft_calls(steps),
+        verify_s=[float(s.timings["verify_s"]) for s in steps],
+        draft_s=[float(s.timings["draft_s"]) for s in steps],
+    )
 
 
-def truncate(s: dict, n_cycles: int) -> dict:
+def truncate(s: Series, n_cycles: int) -> Series:
     """The series as it stood after its first n_cycles cycles."""
-    out = dict(s)
+    out = Series(**s)
     for k in PER_CYCLE:
         if k in s:
             out[k] = s[k][:n_cycles]
@@ -68,11 +97,11 @@ def truncate(s: dict, n_cycles: int) -> dict:
     return out
 
 
-def colour(s: dict, i: int = 0) -> str:
-    return ROLE_COLOURS.get(s.get("role"), EXTRA_COLOURS[i % len(EXTRA_COLOURS)])
+def colour(s: Series, i: int = 0) -> str:
+    return ROLE_COLOURS.get(s["role"], EXTRA_COLOURS[i % len(EXTRA_COLOURS)])
 
 
-def _at(s: dict, key: str, T: float) -> float | None:
+def _at(s: Series, key: str, T: float) -> float | None:
     """s[key] (cumulative) when this decoder reached T tokens (linear between cycles), None if it
     has not got there yet."""
     toks, ys = [0] + list(s["tokens"]), [0.0] + [float(v) for v in s[key]]
@@ -85,18 +114,18 @@ def _at(s: dict, key: str, T: float) -> float | None:
     return ys[j - 1] + f * (ys[j] - ys[j - 1])
 
 
-def wall_at(s: dict, T: float) -> float | None:
+def wall_at(s: Series, T: float) -> float | None:
     """Compute time this decoder needed to reach T tokens (linear between cycles), None if it
     has not got there yet."""
     return _at(s, "wall_s", T)
 
 
-def forwards_at(s: dict, T: float) -> float | None:
+def forwards_at(s: Series, T: float) -> float | None:
     """Target forward passes this decoder needed to reach T tokens (linear between cycles)."""
     return _at(s, "forwards", T)
 
 
-def forward_speedup(main: dict, other: dict) -> float | None:
+def forward_speedup(main: Series, other: Series) -> float | None:
     """How many times fewer target forwards `main` needed than `other` for the same tokens (the
     largest of main's token counts both reached, as for the wall-clock speedup): what the tree
     buys whatever the hardware; against plain decoding it is main's tau."""
@@ -107,7 +136,7 @@ def forward_speedup(main: dict, other: dict) -> float | None:
     return None
 
 
-def speedup_series(main: dict, other: dict) -> tuple[list, list]:
+def speedup_series(main: Series, other: Series) -> tuple[list, list]:
     """Speedup of `main` over `other` at each of main's token counts: time other needed for T
     tokens / time main needed for T tokens (same as the ratio of tokens per second)."""
     xs, ys = [], []
@@ -119,7 +148,7 @@ def speedup_series(main: dict, other: dict) -> tuple[list, list]:
     return xs, ys
 
 
-def summary(s: dict) -> dict:
+def summary(s: Series) -> dict:
     toks = s["tokens"][-1] if s["tokens"] else 0
     wall = s["wall_s"][-1] if s["wall_s"] else 0.0
     fw = s["forwards"][-1] if s["forwards"] else 0
@@ -130,7 +159,7 @@ def summary(s: dict) -> dict:
             "mean_accepted": float(np.mean(acc)) if acc else 0.0, "cycles": len(acc)}
 
 
-def metrics(main: dict, others: list[dict]) -> dict:
+def metrics(main: Series, others: list[Series]) -> dict:
     """Headline numbers: each decoder's summary and main's speedups over each other decoder at
     the largest token count both reached: "speedups" in wall-clock time on this machine,
     "forward_speedups" in target forward passes."""
@@ -159,7 +188,7 @@ def why_line(why: dict | None = None) -> str:
     decoder's run priced with this machine's cost table (viz.whatif.price_run) adds its numbers."""
     line = ("<b>Why the two differ:</b> on this machine a cycle's verification of N tokens costs "
             "t(N)/t(1) times one token's forward, plus drafting")
-    if why and why.get("cycles") and why.get("speedup") is not None:
+    if why and why["cycles"] and why["speedup"] is not None:
         line += (f": here N ≈ {why['mean_n']:.0f} costs {why['verify_per_cycle']:.1f}×, drafting "
                  f"{why['draft_per_cycle']:.1f}×, so a cycle costs {why['cost_per_cycle']:.1f} forwards' time "
                  f"for its {why['tokens_per_cycle']:.1f} tokens ({why['speedup']:.2f}× at these prices)")
@@ -180,7 +209,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
                          f'exactly the target model\'s"><div class="mval">LOSSY</div><div class="mlab"><b>{label}</b> '
                          f'({lo["rule"]})<br><small>{lo["relaxed_tokens"]} relaxed tokens · max shift '
                          f'{lo["max_shift"]:.3f}</small></div></div>')
-    fwd = m.get("forward_speedups", {})
+    fwd = m["forward_speedups"]
     for label, sp in m["speedups"].items():
         val = "–" if sp is None else f"{sp:.2f}×"
         fs = fwd.get(label)
@@ -202,7 +231,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
                      '<div class="mlab"><b>Slower than plain here?</b><br><small>On this device, verifying the '
                      f'whole tree costs more than the extra accepted tokens return. Policy <b>{suggest}</b> '
                      'sizes the tree from measured costs.</small></div></div>')
-    if m["speedups"] and main.get("cycles"):
+    if m["speedups"] and main["cycles"]:
         cards.append(f'<div class="mcard why" style="flex-basis:100%;padding:4px 12px">'
                      f'<div class="mlab">{why_line(why)}</div></div>')
     for d in m["decoders"]:
@@ -213,7 +242,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
     return '<div class="metrics">' + "".join(cards) + "</div>"
 
 
-def race_chart(all_series: list[dict], height: int = 330) -> go.Figure:
+def race_chart(all_series: list[Series], height: int = 330) -> go.Figure:
     if not any(s["tokens"] for s in all_series):
         return empty_figure("The race starts with the first step.", height)
     fig = new_figure()
@@ -228,7 +257,7 @@ def race_chart(all_series: list[dict], height: int = 330) -> go.Figure:
     return fig
 
 
-def speedup_chart(main: dict, others: list[dict], height: int = 330) -> go.Figure:
+def speedup_chart(main: Series, others: list[Series], height: int = 330) -> go.Figure:
     fig = new_figure()
     any_data = False
     for i, o in enumerate(others):
@@ -247,7 +276,7 @@ def speedup_chart(main: dict, others: list[dict], height: int = 330) -> go.Figur
     return fig
 
 
-def acceptance_histogram(all_series: list[dict], height: int = 330) -> go.Figure:
+def acceptance_histogram(all_series: list[Series], height: int = 330) -> go.Figure:
     drafted = [s for s in all_series if s["accepted"]]
     if not drafted:
         return empty_figure("No drafted cycles yet.", height)
@@ -320,7 +349,7 @@ def calibration_chart(steps, height: int = 330) -> go.Figure:
     return fig
 
 
-def depth_acceptance(s: dict) -> list[float]:
+def depth_acceptance(s: Series) -> list[float]:
     """rate[k-1] = share of drafted cycles whose accepted path reached depth k."""
     acc = np.asarray(s["accepted"])
     if acc.size == 0:
@@ -329,7 +358,7 @@ def depth_acceptance(s: dict) -> list[float]:
     return [float((acc >= k).mean()) for k in range(1, top + 1)]
 
 
-def depth_chart(all_series: list[dict], height: int = 330) -> go.Figure:
+def depth_chart(all_series: list[Series], height: int = 330) -> go.Figure:
     drafted = [s for s in all_series if s["accepted"]]
     if not drafted:
         return empty_figure("No drafted cycles yet.", height)

@@ -152,4 +152,4 @@ def base_layout(title: str | None = None, height: int = 360, **kw) -> dict:
 
 def decode_steps(steps) -> list:
     """Steps that drafted and verified a tree (prefill and plain steps excluded)."""
-    return [s for s in steps if getattr(s, "tree", None) is not None]
+    return [s for s in steps if s.tree is not None]

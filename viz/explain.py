@@ -3,27 +3,60 @@ acceptance), each with a figure and a paragraph. Node positions stay fixed acros
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from enum import Enum
 
 from .common import esc, fmt_p, show_ws
 from .tree_graph import BONUS, draw_tree, layout, tree_graph
 
 
-def phases(step) -> list[tuple[str, str]]:
-    """(key, label) of every phase of a drafted step, in order."""
+class Stage(Enum):
+    EXPAND = "Expand"
+    RERANK = "Rerank"
+    VERIFY = "Verify"
+    ACCEPT = "Accept"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a drafted cycle: an expansion level (`level`: the draft call's level, 0 = the
+    call on the root, as in DraftTree.levels), the rerank, the verification or the acceptance."""
+    stage: Stage
+    level: int | None = None     # EXPAND only
+
+    def __post_init__(self):
+        if (self.stage is Stage.EXPAND) != (self.level is not None):
+            raise ValueError(f"{self.stage.name} phase with level {self.level!r}")
+
+    @classmethod
+    def expand(cls, level: int) -> "Phase":
+        return cls(Stage.EXPAND, int(level))
+
+    @property
+    def label(self) -> str:
+        """The phase's name on the page: "Expand level 1", "Rerank"..."""
+        return f"Expand level {self.level + 1}" if self.stage is Stage.EXPAND else self.stage.value
+
+
+RERANK, VERIFY, ACCEPT = Phase(Stage.RERANK), Phase(Stage.VERIFY), Phase(Stage.ACCEPT)
+
+
+def phases(step) -> list[tuple[Phase, str]]:
+    """(phase, its label) of every phase of a drafted step, in order."""
     t = step.tree
     levels = sorted({lv for lv in t.levels[1:]})
-    out = [(f"expand:{lv}", f"Expand level {lv + 1}") for lv in levels]
+    out = [Phase.expand(lv) for lv in levels]
     if not all(t.kept):
-        out.append(("rerank", "Rerank"))
-    out += [("verify", "Verify"), ("accept", "Accept")]
-    return out
+        out.append(RERANK)
+    out += [VERIFY, ACCEPT]
+    return [(ph, ph.label) for ph in out]
 
 
 def _beams(step) -> list[list[int]]:
     return [list(b) for b in step.tree.beam]
 
 
-def explain_figure(step, key: str, height: int | None = None):
+def explain_figure(step, key: Phase, height: int | None = None):
     """The tree as it stood at one phase. Every phase draws the same layout of the whole pool, so
     a node stays where it is from phase to phase and the figure keeps its size. Expansion phases
     show the nodes drafted so far, the root and the ones selected now (ringed) labelled first, then
@@ -34,22 +67,21 @@ def explain_figure(step, key: str, height: int | None = None):
     in_beam = {i for b in beams for i in b}
     dropped = {v for v in G.nodes if G.nodes[v]["kind"] == "dropped"}
     x_max = max(G.nodes[v]["depth"] for v in G.nodes)
-    label = dict(phases(step)).get(key, key)
-    title = f"Cycle {step.cycle} · {step.policy} · {label}"
+    title = f"Cycle {step.cycle} · {step.policy} · {key.label}"
     # a row for every node that is ever labelled: the kept ones and the ones selected for expansion
     full = (set(G.nodes) - dropped) | (in_beam & set(G.nodes))
     pos, rows = layout(G, set(G.nodes), full)
-    if key.startswith("expand:"):
-        lv = int(key.split(":")[1])
+    if key.stage is Stage.EXPAND:
+        lv = key.level
         shown = {v for v in G.nodes if v != BONUS and (v == 0 or G.nodes[v]["level"] <= lv)}
         top = max(G.nodes[v]["level"] for v in G.nodes if v != BONUS)
         ring = beams[lv] if lv < len(beams) and lv < top else []
         return draw_tree(G, {v: pos[v] for v in shown}, rows, labelled=shown & full, rings=ring,
                          ring_name="selected for expansion", show_path=False, title=title, height=height,
                          x_max=x_max)
-    if key == "rerank":
+    if key.stage is Stage.RERANK:
         return draw_tree(G, pos, rows, faded=dropped, show_path=False, title=title, height=height, x_max=x_max)
-    if key == "verify":
+    if key.stage is Stage.VERIFY:
         tp = {v: G.nodes[v]["target_prob"] for v in G.nodes}
         return draw_tree(G, pos, rows, faded=dropped, show_path=False, colour_values=tp,
                          colour_title="target prob", title=title, height=height, x_max=x_max)
@@ -60,7 +92,7 @@ def _q(text: str) -> str:
     return f"“{esc(show_ws(text))}”"
 
 
-def explain_text(step, key: str, greedy: bool = True) -> str:
+def explain_text(step, key: Phase, greedy: bool = True) -> str:
     """One paragraph (Markdown/HTML-safe) explaining what happened in this phase of this cycle."""
     G = tree_graph(step)
     t = step.tree
@@ -70,8 +102,8 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
     beams = _beams(step)
     root = _q(G.nodes[0]["text"])
     max_level = max(t.levels[1:]) if n > 1 else 0
-    if key.startswith("expand:"):
-        lv = int(key.split(":")[1])
+    if key.stage is Stage.EXPAND:
+        lv = key.level
         new = [i for i in range(1, n) if t.levels[i] == lv]
         best = max(new, key=lambda i: t.values[i]) if new else None
         best_s = f" The most likely one is {_q(G.nodes[best]['text'])} (path value {fmt_p(G.nodes[best]['pv'])})." if best else ""
@@ -103,7 +135,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                 f"top-k children: {len(new)} new candidates at depth {lv + 1}. A child's value = its parent's "
                 f"value × its draft probability, the draft's estimate of the chance that the target accepts "
                 f"it.{best_s}{sel}")
-    if key == "rerank":
+    if key.stage is Stage.RERANK:
         dropped = n - 1 - len(kept)
         auto = rec.rerank_note() if rec else ""
         return (f"**Rerank.** Expansion drafted {n - 1} candidates. EAGLE-2 keeps the {len(kept)} of highest "
@@ -111,7 +143,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                 f"root plus these form the {len(kept) + 1} tokens the target verifies. The {dropped} faded nodes "
                 f"cost draft compute but no target compute. Because values depend on the context, the shape of "
                 f"the kept tree changes from cycle to cycle: a *dynamic* draft tree.{auto}")
-    if key == "verify":
+    if key.stage is Stage.VERIFY:
         tps = [(t.target_prob[i] or 0.0, i) for i in kept] if t.target_prob else []
         best = max(tps) if tps else None
         b = (f" The target likes {_q(G.nodes[best[1]]['text'])} most ({fmt_p(best[0])})." if best else "")
@@ -120,7 +152,7 @@ def explain_text(step, key: str, greedy: bool = True) -> str:
                 f"itself, at position context length + depth. This yields the target's next-token "
                 f"distribution after every node. Colour now shows the target's probability of each draft token "
                 f"given its parent.{b}")
-    path = list(step.accepted_path or [])
+    path = list(step.accepted_path)
     acc_txt = " ".join(_q(G.nodes[i]["text"]) for i in path) or "none"
     bonus = _q(G.nodes[BONUS]["text"]) if BONUS in G else "–"
     if greedy:

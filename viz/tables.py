@@ -10,8 +10,8 @@ COLUMNS = ["cycle", "policy", "accepted", "emitted", "text", "bonus", "drafted",
 
 
 def cycle_table(steps) -> pd.DataFrame:
-    """One row per cycle (cycle 0 = prefill): what it emitted, its tree sizes, timings and the
-    running totals."""
+    """One row per cycle (cycle 0 = prefill) of a run's steps: what it emitted, its tree sizes,
+    timings and the running totals (StepTrace.timings / cumulative, every key there)."""
     rows = []
     for s in steps:
         t = s.tree
@@ -19,20 +19,20 @@ def cycle_table(steps) -> pd.DataFrame:
         bonus = None
         if s.bonus is not None and len(texts) > s.accepted_len:
             bonus = show_ws(texts[s.accepted_len])
-        cum = s.cumulative or {}
-        fw = cum.get("target_forwards", 0)
+        cum = s.cumulative
+        fw = cum["target_forwards"]
         rows.append({
             "cycle": s.cycle, "policy": s.policy, "accepted": s.accepted_len, "emitted": len(s.new_tokens),
             "text": "".join(show_ws(x) for x in texts), "bonus": bonus,
             "drafted": len(t.tokens) - 1 if t is not None else 0,
             "verified": sum(bool(k) for k in t.kept) - 1 if t is not None else 0,
             "draft_calls": t.draft_calls if t is not None else 0,
-            "draft_ms": round(1000 * s.timings.get("draft_s", 0.0), 1),
-            "verify_ms": round(1000 * s.timings.get("verify_s", 0.0), 1),
-            "total_ms": round(1000 * s.timings.get("total_s", 0.0), 1),
-            "tokens": cum.get("tokens", 0), "target_forwards": fw,
-            "wall_s": round(cum.get("wall_s", 0.0), 3),
-            "tau": round(cum.get("tokens", 0) / fw, 3) if fw else 0.0,
+            "draft_ms": round(1000 * s.timings["draft_s"], 1),
+            "verify_ms": round(1000 * s.timings["verify_s"], 1),
+            "total_ms": round(1000 * s.timings["total_s"], 1),
+            "tokens": cum["tokens"], "target_forwards": fw,
+            "wall_s": round(cum["wall_s"], 3),
+            "tau": round(cum["tokens"] / fw, 3) if fw else 0.0,
             "finished": s.finished or "",
         })
     return pd.DataFrame(rows, columns=COLUMNS)

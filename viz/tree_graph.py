@@ -51,11 +51,11 @@ def tree_graph(step) -> nx.DiGraph:
     t = step.tree
     if t is None:
         raise ValueError("This step has no draft tree (prefill or plain decoding).")
-    texts = list(step.tree_texts or [])
+    texts = list(step.tree_texts)   # empty when the run was not recorded with texts
     n = len(t.tokens)
     tp = list(t.target_prob) if t.target_prob else [None] * n
     acc = list(t.accepted) if t.accepted else [i == 0 for i in range(n)]
-    path = [int(i) for i in (step.accepted_path or [])]
+    path = [int(i) for i in step.accepted_path]
     on_path = set(path)
     G = nx.DiGraph(cycle=step.cycle, policy=step.policy, accepted_path=path)
     for i in range(n):
@@ -80,7 +80,7 @@ def tree_graph(step) -> nx.DiGraph:
 
 def path_nodes(G: nx.DiGraph) -> list:
     """Root, accepted nodes and the bonus, in order: the highlighted path."""
-    out = [0] + list(G.graph.get("accepted_path", []))
+    out = [0] + list(G.graph["accepted_path"])
     if BONUS in G:
         out.append(BONUS)
     return out
@@ -101,7 +101,7 @@ def layout(G: nx.DiGraph, visible=None, labelled=None, dropped_share: float = 0.
     bonus star (its only child, often, and then at the same height)."""
     visible = set(G.nodes) if visible is None else set(visible)
     labelled = {v for v in visible if G.nodes[v]["kind"] != "dropped"} if labelled is None else set(labelled)
-    path = [0] + list(G.graph.get("accepted_path", []))
+    path = [0] + list(G.graph["accepted_path"])
     lifted = {path[-1]} & visible - {0} if BONUS in visible else set()
     leaves = [v for v in visible if not any(c in visible for c in G.successors(v))]
     lab_leaves = sum(1 for v in leaves if v in labelled) or 1

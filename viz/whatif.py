@@ -1,6 +1,6 @@
 """What-if: the cycles of a run priced with another device's cost table (docs/algorithms.md §2, §9).
 
-A cost table prices one target forward of N tokens, t(N), and one draft-head call:
+A cost table (`CostTable`) prices one target forward of N tokens, t(N), and one draft-head call:
 
     {"label": str, "source": "measured" | "model", "t_s": {N: seconds}, "draft_call_s": float}
 
@@ -21,29 +21,39 @@ from __future__ import annotations
 
 import bisect
 from statistics import median
+from typing import Literal, TypedDict
 
 import plotly.graph_objects as go
 
-from .charts import colour, series, speedup_series
+from .charts import Series, colour, priced, series, speedup_series
 from .common import base_layout, new_figure
 from .tree_graph import empty_figure
 
 GPU_FLAT_UP_TO = 64       # the modelled GPU verifies up to this many tokens for the price of one
 GPU_DRAFT_CALL = 0.1      # one draft-head call, in units of t(1)
 PLAIN_ROLE = "plain"      # the baseline every speedup is measured against (priced, never drawn)
+PROFILE_KEY = "verify_profile_s"   # trace meta: the engine's measured t(N), {N: seconds} (v2 traces)
+
+
+class CostTable(TypedDict):
+    """A cost table (see the module docstring)."""
+    label: str
+    source: Literal["measured", "model"]
+    t_s: dict                 # {N: seconds}; N may be a string, as after JSON
+    draft_call_s: float
 
 
 # ------------------------------------------------------------------------------------ tables
-def _points(table: dict) -> tuple[list[int], list[float]]:
-    pts = sorted((int(k), float(v)) for k, v in (table.get("t_s") or {}).items())
+def _points(table: CostTable) -> tuple[list[int], list[float]]:
+    pts = sorted((int(k), float(v)) for k, v in table["t_s"].items())
     return [n for n, _ in pts], [t for _, t in pts]
 
 
-def t_of(table: dict, n: float) -> float:
+def t_of(table: CostTable, n: float) -> float:
     """t(N) from a cost table (see the module docstring)."""
     ns, ts = _points(table)
     if not ns:
-        raise ValueError(f"cost table {table.get('label')!r} has no t(N)")
+        raise ValueError(f"cost table {table['label']!r} has no t(N)")
     if n <= ns[0] or len(ns) == 1:
         return ts[0] if n <= ns[0] else ts[-1]
     if n >= ns[-1]:
@@ -56,21 +66,21 @@ def t_of(table: dict, n: float) -> float:
     return ts[j - 1] + f * (ts[j] - ts[j - 1])
 
 
-def gpu_model_table(flat_up_to: int = GPU_FLAT_UP_TO, draft_call: float = GPU_DRAFT_CALL) -> dict:
+def gpu_model_table(flat_up_to: int = GPU_FLAT_UP_TO, draft_call: float = GPU_DRAFT_CALL) -> CostTable:
     """A MODEL of a GPU, not a measurement: verifying up to `flat_up_to` tokens costs what one does
     (the forward is bound by reading the weights), then t(N) grows linearly; t(1) = 1 (unitless)
     and a draft call costs `draft_call` x t(1)."""
-    return {"label": f"GPU model (not measured): t(N) = t(1) up to N = {flat_up_to}, then linear",
-            "source": "model", "t_s": {1: 1.0, flat_up_to: 1.0, 2 * flat_up_to: 2.0},
-            "draft_call_s": float(draft_call)}
+    return CostTable(label=f"GPU model (not measured): t(N) = t(1) up to N = {flat_up_to}, then linear",
+                     source="model", t_s={1: 1.0, flat_up_to: 1.0, 2 * flat_up_to: 2.0},
+                     draft_call_s=float(draft_call))
 
 
-def as_series(run) -> dict:
+def as_series(run) -> Series:
     return run if isinstance(run, dict) else series("", run)
 
 
 def _profile(raw) -> dict[int, float]:
-    """meta["verify_profile_s"] as {N: seconds}; {} when absent or unreadable."""
+    """meta[PROFILE_KEY] as {N: seconds}; {} when absent or unreadable."""
     out = {}
     if isinstance(raw, dict):
         for k, v in raw.items():
@@ -83,25 +93,25 @@ def _profile(raw) -> dict[int, float]:
     return out
 
 
-def cost_table_from_trace(steps, meta: dict | None, others=()) -> dict | None:
-    """This machine's cost table for a run: t(N) as measured by the engine (meta["verify_profile_s"]),
+def cost_table_from_trace(steps, meta: dict | None, others=()) -> CostTable | None:
+    """This machine's cost table for a run: t(N) as measured by the engine (meta[PROFILE_KEY], which
+    traces recorded before v2 lack),
     else estimated from the run itself (median verify_s per N over the cycles of `steps` and of the
     series in `others`, a recorded plain series' seconds per cycle standing for t(1)); the draft call
     is the median of draft_s / draft_calls over the cycles. None when the run cannot tell t(1) and
     one more N."""
     runs = [as_series(steps)] + [o for o in others if isinstance(o, dict)]
-    per_call = [ds / dc for r in runs
-                for ds, dc in zip(r.get("draft_s", [])[1:], r.get("draft_calls", [])[1:]) if dc > 0 and ds > 0]
+    per_call = [ds / dc for r in runs if priced(r)
+                for ds, dc in zip(r["draft_s"][1:], r["draft_calls"][1:]) if dc > 0 and ds > 0]
     draft_call_s = float(median(per_call)) if per_call else 0.0
-    prof = _profile((meta or {}).get("verify_profile_s"))
+    prof = _profile((meta or {}).get(PROFILE_KEY))
     if prof:
-        return {"label": "this machine (measured t(N))", "source": "measured", "t_s": prof,
-                "draft_call_s": draft_call_s}
+        return CostTable(label="this machine (measured t(N))", source="measured", t_s=prof, draft_call_s=draft_call_s)
     samples: dict[int, list[float]] = {}
     for r in runs:
-        if "verified" in r and "verify_s" in r:
+        if priced(r):
             pairs = zip(r["verified"][1:], r["verify_s"][1:])
-        elif r.get("role") == PLAIN_ROLE and r.get("wall_s"):   # recorded before the pricing keys
+        elif r["role"] == PLAIN_ROLE and r["wall_s"]:   # recorded before the pricing keys
             w = r["wall_s"]
             pairs = ((1, b - a) for a, b in zip(w, w[1:]))
         else:
@@ -111,8 +121,8 @@ def cost_table_from_trace(steps, meta: dict | None, others=()) -> dict | None:
                 samples.setdefault(int(n), []).append(float(t))
     if 1 not in samples or len(samples) < 2:
         return None
-    return {"label": "this machine (estimated from this run)", "source": "measured",
-            "t_s": {n: float(median(v)) for n, v in sorted(samples.items())}, "draft_call_s": draft_call_s}
+    return CostTable(label="this machine (estimated from this run)", source="measured",
+                     t_s={n: float(median(v)) for n, v in sorted(samples.items())}, draft_call_s=draft_call_s)
 
 
 # ------------------------------------------------------------------------------------ pricing
@@ -120,20 +130,20 @@ def run_cycles(run) -> list[dict] | None:
     """The decode cycles of a run (prefill excluded): tokens emitted, N verified, draft calls.
     None for a series recorded without the per-cycle tree sizes."""
     s = as_series(run)
-    if not {"verified", "draft_calls"} <= set(s):
+    if not priced(s):
         return None
     toks = [0] + list(s["tokens"])
     return [{"cycle": i, "tokens": toks[i + 1] - toks[i], "n": max(1, int(s["verified"][i])),
              "draft_calls": int(s["draft_calls"][i])} for i in range(1, len(s["tokens"]))]
 
 
-def price_run(run, table: dict) -> dict | None:
+def price_run(run, table: CostTable) -> dict | None:
     """A run priced with a cost table (see the module docstring). Totals are in the table's unit;
     the *_per_cycle figures are in units of t(1). None if the run holds no per-cycle tree sizes."""
     cycles = run_cycles(run)
     if cycles is None:
         return None
-    t1, td = t_of(table, 1), float(table.get("draft_call_s") or 0.0)
+    t1, td = t_of(table, 1), float(table["draft_call_s"])
     per, plain, verify, draft = [], 0.0, 0.0, 0.0
     for c in cycles:
         v, d = t_of(table, c["n"]), c["draft_calls"] * td
@@ -167,34 +177,34 @@ def _wrap(text: str, width: int = 48) -> list[str]:
     return lines + ([cur] if cur else [])
 
 
-def _category(table: dict) -> str:
+def _category(table: CostTable) -> str:
     """A table as a short axis category (the caption describes it in full)."""
     if table["source"] == "model":
         return "priced:<br>" + table["label"].partition(" (")[0] + "<br>(not measured)"
     return "priced:<br>this machine"
 
 
-def _describe(table: dict) -> str:
+def _describe(table: CostTable) -> str:
     """What a table is, for the figure's caption (a model says so in its label)."""
     if table["source"] == "model":
         return f"{table['label']}; a draft call = {table['draft_call_s'] / t_of(table, 1):.1f}·t(1)"
     how = "t(N) estimated from this run" if "estimated" in table["label"] else "measured t(N)"
     return (f"This machine ({how}): t(1) = {1e3 * t_of(table, 1):.0f} ms, a draft call = "
-            f"{1e3 * float(table.get('draft_call_s') or 0):.0f} ms (run median)")
+            f"{1e3 * float(table['draft_call_s']):.0f} ms (run median)")
 
 
 WALL_CATEGORY = "wall clock<br>here"
 
 
-def whatif_chart(all_series: list[dict], tables: list[dict | None], height: int = 380) -> go.Figure:
+def whatif_chart(all_series: list[Series], tables: list[CostTable | None], height: int = 380) -> go.Figure:
     """Each speculative decoder's run priced with each cost table, as a speedup over plain decoding
     of the same tokens (plain = 1x under every table): one group of bars per table, one bar per
     decoder; first, for comparison, the wall-clock speedup the run actually got here (needs the
     plain series). Series recorded without per-cycle tree sizes are left out, and the caption
     says so."""
     tables = [t for t in tables if t]
-    plain = next((s for s in all_series if s.get("role") == PLAIN_ROLE), None)
-    runs = [s for s in all_series if s.get("role") != PLAIN_ROLE]
+    plain = next((s for s in all_series if s["role"] == PLAIN_ROLE), None)
+    runs = [s for s in all_series if s["role"] != PLAIN_ROLE]
     priced = [(s, i, [price_run(s, t) for t in tables]) for i, s in enumerate(runs)]
     skipped = [s["label"] for s, _, p in priced if not p or p[0] is None]
     priced = [(s, i, p) for s, i, p in priced if p and p[0] is not None and p[0]["cycles"]]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
+from .schema import FieldError, checked, type_name
+
 
 def _p(x) -> str:
     return "–" if x is None else (f"{x:.3f}" if x >= 0.001 else f"{x:.1e}")
@@ -45,9 +47,9 @@ class DDDRecord(TreeRecord):
     """DDD's depth checks (docs/algorithms.md §5): the beam's log mass at each check level."""
     kind: ClassVar[str] = "depth-checks"
     threshold: float = -0.3
-    check_levels: list = field(default_factory=list)
+    check_levels: list[int] = field(default_factory=list)
     max_depth: int = 0
-    checks: list = field(default_factory=list)     # {"level", "beam_mass", "stop"} per check reached
+    checks: list[dict] = field(default_factory=list)     # {"level", "beam_mass", "stop"} per check reached
     stopped_at: int | None = None
 
     def expand_note(self, level: int) -> str:
@@ -91,9 +93,9 @@ class DySpecRecord(TreeRecord):
     budget: int = 0
     threshold: float | None = None
     best_first: bool = False
-    slot_value: list = field(default_factory=list)   # log value of the slot each node came from
+    slot_value: list[float | None] = field(default_factory=list)   # log value of the slot each node came from
     ranks: str = "draft probability"
-    nonfinite_draft_nodes: list = field(default_factory=list)
+    nonfinite_draft_nodes: list[int] = field(default_factory=list)
 
     def expand_text(self, level, new_nodes, depths, best) -> str:
         return (f"**Draft call {level + 1}.** DySpec grows the tree greedily: it keeps a heap of expandable "
@@ -115,7 +117,7 @@ class RelaxationRecord(TreeRecord):
     k: int = 10
     metric: str = "cosine"
     lossy: bool = True
-    positions: list = field(default_factory=list)
+    positions: list[dict] = field(default_factory=list)
     relaxed_tokens: int = 0
     tv_max: float = 0.0
 
@@ -131,11 +133,16 @@ class RelaxationRecord(TreeRecord):
 KINDS: dict[str, type[TreeRecord]] = {c.kind: c for c in (DDDRecord, AutoRecord, DySpecRecord, RelaxationRecord)}
 
 
-def record_from_dict(d: dict | None) -> TreeRecord | None:
-    if not d:
+def record_from_dict(d: dict | None, where: str = "record") -> TreeRecord | None:
+    """The record a trace stored (its `kind` names the class), each field checked against its type
+    (a FieldError, a UserError, names the first that is not)."""
+    if d is None or d == {}:
         return None
+    if not isinstance(d, dict):
+        raise FieldError(f"{where}: expected dict or None, got {type_name(d)}")
     d = dict(d)
-    cls = KINDS.get(d.pop("kind", None))
+    kind = d.pop("kind", None)
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown tree record kind {d!r}")
-    return cls(**d)
+        raise FieldError(f"{where}.kind: unknown tree record kind {kind!r} (known: {', '.join(KINDS)})")
+    return cls(**checked(cls, d, where))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .records import TreeRecord, record_from_dict
+from .schema import FieldError, checked, type_name
 
 
 @dataclass
@@ -33,7 +34,7 @@ class DraftTree:
     sampled_drafts: bool = False                    # siblings were sampled from q (SpecInfer's rule applies)
     record: TreeRecord | None = None                # the policy's own typed facts (records.py)
     # runtime only, never serialised: q at each parent of sampled siblings (dense [V] tensors)
-    draft_dists: dict = field(default_factory=dict, repr=False, compare=False)
+    draft_dists: dict = field(default_factory=dict, repr=False, compare=False, metadata={"runtime": True})
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -65,10 +66,18 @@ class DraftTree:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DraftTree":
+    def from_dict(cls, d: dict, where: str = "tree") -> "DraftTree":
+        """The tree a trace stored, each field checked against its type (a FieldError, a
+        UserError, names the first that is not)."""
+        if not isinstance(d, dict):
+            raise FieldError(f"{where}: expected dict, got {type_name(d)}")
         old = d.get("extra") or {}  # schema v1 kept these in a free dict
-        cols = {**{k: old[k] for k in COLUMNS if k in old}, **{k: v for k, v in d.items() if k in COLUMNS}}
-        return cls(**cols, record=record_from_dict(d.get("record")))
+        if not isinstance(old, dict):
+            raise FieldError(f"{where}.extra: expected dict, got {type_name(old)}")
+        cols = {**{k: old[k] for k in COLUMNS if k in old}, **{k: v for k, v in d.items() if k != "extra"}}
+        cols = checked(cls, cols, where, skip=("record",))
+        cols["record"] = record_from_dict(cols.get("record"), f"{where}.record")
+        return cls(**cols)
 
 
 COLUMNS = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "order", "target_prob",

@@ -266,7 +266,7 @@ class CompiledTarget:
             return
         cmd = [sys.executable, "-m", "eagle2", "compile", *argv, "--background",
                "--buckets", ",".join(map(str, self.target.buckets))]
-        self.worker = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2],
+        self.worker = subprocess.Popen(cmd,  # `-m eagle2` finds the installed package from any cwd
                                        stdin=subprocess.PIPE,  # its end of file tells it the app is gone
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        preexec_fn=(lambda: os.nice(15)) if hasattr(os, "nice") else None)

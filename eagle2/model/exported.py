@@ -14,7 +14,6 @@ target's 113 MB embedding table.
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..files import atomic_path
 from .llama import apply_rope
 
 
@@ -151,9 +151,7 @@ def build_package(kind: str, module, T: int, path: Path, autotune: bool = True) 
                   "committed": None, "start": None, "tree_mask": {1: W}}
     with torch.no_grad():
         ep = torch.export.export(fn.eval(), example, dynamic_shapes=shapes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.part.pt2")  # renamed when whole
-    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs={
-        "freezing": True, "max_autotune": autotune, "max_autotune_gemm_backends": "CPP,ATEN"})
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".part.pt2") as tmp:  # renamed when whole (AOTInductor wants .pt2)
+        torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs={
+            "freezing": True, "max_autotune": autotune, "max_autotune_gemm_backends": "CPP,ATEN"})
     return time.perf_counter() - t0

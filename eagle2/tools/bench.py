@@ -18,7 +18,9 @@ import platform
 import sys
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from tqdm import tqdm
@@ -79,24 +81,49 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-EAGER = "@eager"
-EAGER_HEAD = "@eager-head"
+Forward = Literal["compiled", "eager", "eager-head"]
 
 
-def base_name(row: str) -> str:
-    """The policy of a row name: 'eagle2-auto@eager' -> 'eagle2-auto'."""
-    return row.removesuffix(EAGER_HEAD).removesuffix(EAGER)
+@dataclass(frozen=True)
+class Row:
+    """One row of the benchmark: a policy (or an hf baseline), the forward it runs on, and for a
+    --sweep row its tree (N, depth, top_k). `label` names it in the output, as --policies spells
+    it: 'eagle2-auto@eager' runs on the eager forward, target and draft head alike (the compiled
+    one detached meanwhile), 'eagle2-auto@eager-head' with the compiled target but the eager head,
+    so each part's gain is measured side by side in one run; a sweep row is 'eagle2[N=8,d=3,k=4]'."""
+    policy: str
+    forward: Forward = "compiled"
+    sweep: tuple[int, int, int] | None = None
+
+    @classmethod
+    def parse(cls, entry: str) -> "Row":
+        """A --policies entry: 'plain', 'eagle2@eager', 'eagle2-auto@eager-head'..."""
+        for fw in ("eager-head", "eager"):
+            if entry.endswith("@" + fw):
+                return cls(entry.removesuffix("@" + fw), fw)
+        return cls(entry)
+
+    @property
+    def label(self) -> str:
+        tree = "" if self.sweep is None else "[N={},d={},k={}]".format(*self.sweep)
+        return self.policy + tree + ("" if self.forward == "compiled" else "@" + self.forward)
+
+    @property
+    def baseline(self) -> bool:
+        return self.policy in BASELINES
+
+
+PLAIN_ROW = Row(PLAIN)
 
 
 @contextlib.contextmanager
-def forward_path(bundle, name: str):
-    """Run a variant named '...@eager' on the eager forward, target and draft head alike (the
-    compiled one detached meanwhile), and '...@eager-head' with the compiled target but the eager
-    head, so each part's gain is measured side by side in one run."""
+def forward_path(bundle, row: Row):
+    """Run `row` on its forward: the compiled one detached meanwhile from the target and the head
+    (eager) or from the head only (eager-head)."""
     saved = bundle.target.compiled, bundle.head.compiled
-    if name.endswith(EAGER_HEAD):
+    if row.forward == "eager-head":
         bundle.head.compiled = None
-    elif name.endswith(EAGER):
+    elif row.forward == "eager":
         bundle.target.compiled = bundle.head.compiled = None
     try:
         yield
@@ -205,24 +232,24 @@ def main(argv=None) -> int:
     if a.limit:
         prompts = spread_over_categories(prompts, a.limit)
     check(a.repeats >= 1, "--repeats must be >= 1.")
-    names = [p.strip() for p in a.policies.split(",") if p.strip()]
-    check(len(names) > 0, "No policies given.")
-    if PLAIN not in names:
-        names = [PLAIN] + names  # speedups are relative to plain, measured in the same run
+    rows = [Row.parse(p.strip()) for p in a.policies.split(",") if p.strip()]
+    check(len(rows) > 0, "No policies given.")
+    if PLAIN_ROW not in rows:
+        rows = [PLAIN_ROW] + rows  # speedups are relative to plain, measured in the same run
     tree_kw = {"total_tokens": a.total_tokens, "depth": a.depth, "top_k": a.top_k}
-    own = {base_name(n): cli_kwargs(base_name(n), a, strict=False)
-           for n in names if not is_plain(base_name(n)) and base_name(n) not in BASELINES}  # before loading
+    own = {r.policy: cli_kwargs(r.policy, a, strict=False)
+           for r in rows if not is_plain(r.policy) and not r.baseline}  # before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
     forward = apply_compile(a, bundle)
     print(f"forward: {forward}", file=sys.stderr)
     recalibrate(a, bundle)
-    variants = build_variants(a, bundle, names, sp, tree_kw, own)
+    variants = build_variants(a, bundle, rows, sp, tree_kw, own)
     warm = {"question_id": -1, "category": "warmup", "turns": ["Say hello."]}
-    for n, r in variants:  # one short run of everything first (allocators, caches, lazy tables)
-        with forward_path(bundle, n):
+    for row, r in variants:  # one short run of everything first (allocators, caches, lazy tables)
+        with forward_path(bundle, row):
             run_one(bundle, r, warm, sp, 8)
-    rows = measure(bundle, variants, prompts, sp, a.max_new_tokens, a.repeats)
-    summary = summarise(rows, [n for n, _ in variants], sp.greedy)
+    results = measure(bundle, variants, prompts, sp, a.max_new_tokens, a.repeats)
+    summary = summarise(results, [row.label for row, _ in variants], sp.greedy)
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if is_cuda(bundle.device) else f" ({machine()})"),
                     "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
                     "packed_weights": bundle.packed, "threads": torch.get_num_threads(), "forward": forward,
@@ -232,18 +259,18 @@ def main(argv=None) -> int:
     profile = cached_profile(bundle)
     if profile:  # the t(N) table a cost-aware policy read last (live corrections included, plausible or not)
         summary["verify_profile_s"] = profile
-    write_results(Path(a.out), summary, rows)
+    write_results(Path(a.out), summary, results)
     print_table(summary)
     print(f"wrote {a.out}/summary.json and per_prompt.csv; the HTML report: python -m viz.report {a.out}")
     return 0
 
 
-def build_variants(a, bundle, names, sp, tree_kw, own) -> list[tuple[str, object]]:
-    """(row name, runner) pairs: an HF baseline, or a factory of fresh decoders (validated now)."""
-    variants: list[tuple[str, object]] = []
-    for row in names:
-        n = base_name(row)
-        if n in BASELINES:
+def build_variants(a, bundle, rows: list[Row], sp, tree_kw, own) -> list[tuple[Row, object]]:
+    """(row, runner) pairs: an HF baseline, or a factory of fresh decoders (validated now)."""
+    variants: list[tuple[Row, object]] = []
+    for row in rows:
+        n = row.policy
+        if row.baseline:
             from ..model.weights import resolve_target
             check(sp.greedy, "The hf baselines are greedy only: use --temperature 0.")
             variants.append((row, HFBaseline(bundle, resolve_target(a.target), n == "hf-pld")))
@@ -256,7 +283,7 @@ def build_variants(a, bundle, names, sp, tree_kw, own) -> list[tuple[str, object
         for N, d, k in itertools.product(*(map(int, s.split(",")) for s in
                                            (a.sweep_total_tokens, a.sweep_depth, a.sweep_top_k))):
             kw = {"total_tokens": N, "depth": d, "top_k": k}
-            variants.append((f"{a.sweep_policy}[N={N},d={d},k={k}]",
+            variants.append((Row(a.sweep_policy, sweep=(N, d, k)),
                              lambda kw=kw: Decoder(bundle, a.sweep_policy, sp, max_new_tokens=a.max_new_tokens,
                                                    record=False, **kw)))
     return variants
@@ -269,10 +296,10 @@ def measure(bundle, variants, prompts, sp, max_new: int, repeats: int) -> list[d
     for rep in range(repeats):
         for qi, q in enumerate(prompts):
             order = variants[qi % len(variants):] + variants[: qi % len(variants)]  # rotate start
-            for n, r in order:
-                with forward_path(bundle, n):
+            for row, r in order:
+                with forward_path(bundle, row):
                     res = run_one(bundle, r, q, sp, max_new)
-                rows.append({"question_id": q["question_id"], "category": q["category"], "policy": n,
+                rows.append({"question_id": q["question_id"], "category": q["category"], "policy": row.label,
                              "repeat": rep, **{k: res[k] for k in ("new_tokens", "target_forwards", "wall_s")},
                              "tau": res["new_tokens"] / max(res["target_forwards"], 1),
                              "tokens_per_s": res["new_tokens"] / res["wall_s"] if res["wall_s"] else 0.0,
@@ -298,15 +325,16 @@ def write_results(out: Path, summary: dict, rows: list[dict]) -> None:
 
 
 def summarise(rows, names, greedy) -> dict:
+    """The summary's numbers; `names` and the rows' "policy" are row labels (Row.label)."""
     by_pol = {n: aggregate([r for r in rows if r["policy"] == n]) for n in names}
-    base = by_pol[PLAIN]["tokens_per_s"]
-    eager = by_pol.get(PLAIN + EAGER, {}).get("tokens_per_s")
+    base = by_pol[PLAIN_ROW.label]["tokens_per_s"]
+    eager = by_pol.get(Row(PLAIN, "eager").label, {}).get("tokens_per_s")
     for n, s in by_pol.items():
         s["speedup"] = s["tokens_per_s"] / base if base else 0.0
         if eager:  # against the eager plain decoder, measured in the same run
             s["speedup_vs_plain_eager"] = s["tokens_per_s"] / eager
     if greedy:  # losslessness, checked on every benchmark run
-        plain_ids = {(r["question_id"], r["repeat"]): r["token_ids"] for r in rows if r["policy"] == PLAIN}
+        plain_ids = {(r["question_id"], r["repeat"]): r["token_ids"] for r in rows if r["policy"] == PLAIN_ROW.label}
         for n, s in by_pol.items():
             rs = [r for r in rows if r["policy"] == n]
             s["identical_to_plain"] = sum(r["token_ids"] == plain_ids[(r["question_id"], r["repeat"])] for r in rs) / max(len(rs), 1)
@@ -322,7 +350,7 @@ def summarise(rows, names, greedy) -> dict:
     by_cat = {}
     for c in cats:
         d = {n: aggregate([r for r in rows if r["policy"] == n and r["category"] == c]) for n in names}
-        b = d[PLAIN]["tokens_per_s"]
+        b = d[PLAIN_ROW.label]["tokens_per_s"]
         for s in d.values():
             s["speedup"] = s["tokens_per_s"] / b if b else 0.0
         by_cat[c] = d

@@ -111,9 +111,9 @@ def packed_vs_plain(bundle, grid=(1, 2, 4, 8, 16, 32, 64), context: int = 256, r
             toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
             pos = torch.arange(context, context + n, device=dev)
             mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if n > 1 else None
-            med = interleaved_medians(dev, {"packed": lambda: use(True), "unpacked": lambda: use(False)},
+            med = interleaved_medians(dev, {"packed": lambda: use(True), "plain": lambda: use(False)},
                                       lambda: tgt.logits(tgt.forward_cached(cache, toks, pos, mask)), repeats)
-            out[n] = {**med, "plain_over_packed": med["unpacked"] / med["packed"]}
+            out[n] = {**med, "plain_over_packed": med["plain"] / med["packed"]}
     finally:
         use(True)
     return out
