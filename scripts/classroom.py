@@ -29,6 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from eagle2.tools.machine import cpu_info
 from ui.screenshot import free_port, stop_group  # the installed project (pip install -e .)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,15 +207,7 @@ def churn(server: Server, n: int, timeout: float, settle: float, max_new_tokens:
 
 
 def machine() -> dict:
-    flags = ""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        model = next(ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name"))
-        flags = next(ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        model = platform.processor()
-    keep = [f for f in flags.split() if f.startswith(("avx", "amx", "fma"))]
-    return {"cpu": model, "cores": os.cpu_count(), "flags": " ".join(keep), "python": platform.python_version()}
+    return {**cpu_info(), "python": platform.python_version()}
 
 
 def report(folders: list[str]) -> str:

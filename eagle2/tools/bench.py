@@ -14,7 +14,6 @@ import contextlib
 import csv
 import itertools
 import json
-import platform
 import sys
 import time
 from collections import Counter, defaultdict
@@ -34,6 +33,7 @@ from ..devices import is_cuda
 from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, recalibrate, sampling_from)
+from .machine import cpu_info, describe_cpu
 from .prompt_files import read_prompts
 
 BASELINES = ("hf", "hf-pld")  # transformers' generate and its prompt lookup, not tree policies
@@ -221,7 +221,7 @@ def aggregate(rows: list[dict]) -> dict:
 
 
 def machine() -> str:
-    return f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip()
+    return describe_cpu(torch.get_num_threads())
 
 
 def main(argv=None) -> int:
@@ -253,6 +253,7 @@ def main(argv=None) -> int:
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if is_cuda(bundle.device) else f" ({machine()})"),
                     "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
                     "packed_weights": bundle.packed, "threads": torch.get_num_threads(), "forward": forward,
+                    "machine": {**cpu_info(), "torch": torch.__version__},
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python -m eagle2 bench " + " ".join(argv or [])})
