@@ -1,6 +1,6 @@
 """eagle2-viz: step through EAGLE-2 speculative decoding in the browser.
 
-    python app.py                       # http://127.0.0.1:7860 (GRADIO_SERVER_NAME / _PORT honoured)
+    python app.py                       # http://127.0.0.1:7860 (Gradio reads GRADIO_SERVER_NAME / _PORT)
     python app.py --host 0.0.0.0 --port 8080 --device cuda
     python app.py --record-traces       # re-record the shipped traces in assets/traces/
 
@@ -17,8 +17,9 @@ import sys
 def main(argv=None) -> int:
     env = os.environ.get
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
-    ap.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", env("PORT", 7860))))
+    ap.add_argument("--host", default=None, help="default: Gradio's (GRADIO_SERVER_NAME, else 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=None,
+                    help="default: Gradio's (GRADIO_SERVER_PORT, else the first free port from 7860)")
     ap.add_argument("--target", default=env("EAGLE2_TARGET"), help="model preset, folder or HF id")
     ap.add_argument("--head", default=env("EAGLE2_HEAD"), help="EAGLE head folder/id or 'random'")
     ap.add_argument("--device", default=env("EAGLE2_DEVICE", "cpu"), help="cpu or cuda")
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
         ap.error(f"--threads must be >= 1, or 0 for the default (got {a.threads}).")
     if a.concurrency < 1:
         ap.error(f"--concurrency must be >= 1 (got {a.concurrency}).")
-    if not 0 <= a.port <= 65535:
+    if a.port is not None and not 0 <= a.port <= 65535:
         ap.error(f"--port must be in [0, 65535] (got {a.port}).")
     if a.max_new_tokens < 1:
         ap.error(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens}).")
@@ -68,9 +69,10 @@ def main(argv=None) -> int:
     try:
         demo = launch(a.host, a.port, a.concurrency, block=False)
     except OSError as e:
-        print(f"error: cannot serve on {a.host}:{a.port} ({e}).", file=sys.stderr)
+        print(f"error: cannot serve on {a.host or 'the default host'}:{a.port or 'the default port'} ({e}).",
+              file=sys.stderr)
         return 2
-    url = f"http://{a.host}:{demo.server_port or a.port}"
+    url = demo.local_url.rstrip("/")
     print(f"serving {url}; loading the model (the page shows a recorded trace meanwhile)...", flush=True)
     try:
         announce(MODEL, url)

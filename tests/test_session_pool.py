@@ -78,3 +78,24 @@ def test_a_closed_tab_frees_its_session_at_once(real_bundle, pool):
     free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))
     assert not held(s) and "closed" in s.released and len(pool) == 0
     free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))     # twice: harmless
+
+
+def test_a_tick_adds_only_its_own_cycles_to_the_series(real_bundle, pool, monkeypatch):
+    """Session.view extends each decoder's series by the steps since the last view: over a run the
+    series code touches every step once, not once per tick (which made a run quadratic)."""
+    import viz.charts as charts
+    seen = []
+    real = charts.verified
+    monkeypatch.setattr(charts, "verified", lambda st: seen.append(st) or real(st))
+    sess = Session()
+    sess.start(real_bundle, "Count to ten.", Settings(**{**SMALL, "max_new_tokens": 60}))
+    views = []
+    for _ in range(6):
+        sess.tick()
+        views.append(sess.view())
+    total = sum(len(d.trace.steps) for d in sess.decoders)
+    assert len(seen) == total                              # each step once, whatever the number of ticks
+    assert len(set(map(id, seen))) == total
+    fresh = [charts.series(s["label"], d.trace.steps, s["role"]) for s, d in zip(views[-1].series, sess.decoders)]
+    assert views[-1].series == fresh                       # the same figures as a rebuild from scratch
+    assert views[0].series[0]["tokens"] != views[-1].series[0]["tokens"]   # an old view is not changed

@@ -10,6 +10,8 @@ from eagle2.devices import is_cuda
 from eagle2.errors import UserError
 from eagle2.policies.registry import default_policy
 
+log = logging.getLogger(__name__)
+
 
 class ModelHolder:
     """Loads the Bundle once, in the background, and tells the page how it is going."""
@@ -67,8 +69,13 @@ class ModelHolder:
             self.stage = "measuring this machine's verification costs t(N)"
             self._measure_costs(b)
             self.set(b)
-        except Exception as e:  # shown in the page; the replay tab keeps working
-            self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
+        except (UserError, OSError) as e:  # missing weights, no network, a full disk: said on the page
+            self.error = str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            self.stage = "failed"
+            self._done.set()
+        except Exception as e:  # a bug: the traceback goes to the log; the page says so, Replay still works
+            log.exception("the model could not be loaded")
+            self.error = f"unexpected {type(e).__name__}: {e} (the server's log has the traceback)"
             self.stage = "failed"
             self._done.set()
 
@@ -78,8 +85,8 @@ class ModelHolder:
         from eagle2.model.timing import verify_profile
         try:
             verify_profile(b, refresh=self.recalibrate)
-        except Exception as e:
-            logging.getLogger(__name__).warning("t(N) not measured at start-up (%s: %s)", type(e).__name__, e)
+        except (UserError, RuntimeError, OSError) as e:
+            log.warning("t(N) not measured at start-up (%s: %s)", type(e).__name__, e)
 
     def _attach_compiled(self, b, opts: dict) -> None:
         import torch
@@ -95,7 +102,8 @@ class ModelHolder:
             if ct is not None and not ct.complete():  # packages still to land: their t(N) then
                 from eagle2.model.timing import verify_profile
                 ct.on_complete = lambda: verify_profile(b)
-        except Exception as e:  # an optimisation only: the eager forward serves without it
+        except (UserError, RuntimeError, OSError) as e:  # an optimisation only: the eager forward serves
+            log.warning("compiled forward unavailable", exc_info=True)
             self.compile_note = f"eager forward (the compiled one is unavailable: {type(e).__name__}: {e})"
 
     def forward_line(self) -> str:

@@ -88,8 +88,9 @@ def free_closed_tab(demo: gr.Blocks, sess: gr.State, request: gr.Request) -> Non
         live_sessions.POOL.forget(tab.state_data.get(sess._id))
 
 
-def launch(host: str = "127.0.0.1", port: int = 7860, concurrency: int = 2, block: bool = True) -> gr.Blocks:
-    """Build and serve the page (block=False returns at once: tests; close with demo.close())."""
+def launch(host: str | None = None, port: int | None = None, concurrency: int = 2, block: bool = True) -> gr.Blocks:
+    """Build and serve the page (block=False returns at once: tests; close with demo.close()). A
+    host or port left None is Gradio's choice (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, as on a Space)."""
     demo = build_app()
     demo.queue(default_concurrency_limit=max(1, concurrency))
     demo.launch(server_name=host, server_port=port, ssr_mode=False, show_error=True, css=CSS,

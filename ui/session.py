@@ -14,6 +14,7 @@ from eagle2.decoding.race import Race, RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.devices import device_kind as engine_device_kind
 from eagle2.errors import UserError
+from viz.charts import Series, extend_series
 from viz.charts import series as make_series
 from viz.whatif import PLAIN_ROLE
 
@@ -71,6 +72,7 @@ class Session(Race):
         super().__init__()
         self.stop_requested = False   # set by Stop; Run ends after the cycle in progress
         self.released: str | None = None   # why its decoders were freed, once they are
+        self._series: dict[int, tuple] = {}   # decoder index -> (decoder, its series, steps in it)
 
     def start(self, bundle, prompt: str, s: RaceSettings) -> None:
         super().start(bundle, prompt, s)
@@ -102,13 +104,22 @@ class Session(Race):
         return self
 
     def view(self) -> View:
-        la, lb, lc = self.labels()
-        series = [make_series(la, self.main.trace.steps, "main"),
-                  make_series(lb, self.cmp.trace.steps, "compare"),
-                  make_series(lc, self.plain.trace.steps, PLAIN_ROLE)]
+        """What the dashboard shows now. Each decoder's series is extended by the cycles since the
+        last view (a tick costs the same at cycle 5 and at cycle 500); the view gets copies."""
+        series = []
+        for i, (d, label, role) in enumerate(zip(self.decoders, self.labels(), ("main", "compare", PLAIN_ROLE))):
+            cached = self._series.get(i)
+            if cached is None or cached[0] is not d:   # a new run (Reset, another prompt)
+                cached = self._series[i] = (d, make_series(label, [], role), 0)
+            _, s, done = cached
+            steps = d.trace.steps
+            extend_series(s, steps, done)
+            self._series[i] = (d, s, len(steps))
+            s["label"] = label                           # a policy changed mid-run renames it
+            series.append(Series(**{k: list(v) if isinstance(v, list) else v for k, v in s.items()}))
         return View(steps=list(self.main.trace.steps), series=series, previews=dict(self.previews),
                     meta=self.main.trace.meta, source="live", greedy=self.main.sampling.greedy,
-                    lossy={lb: viz.lossy_summary(self.cmp.trace.steps)})
+                    lossy={self.labels()[1]: viz.lossy_summary(self.cmp.trace.steps)})
 
     def export(self) -> Trace:
         """The main decoder's trace, with the other decoders' series and the previews in meta."""

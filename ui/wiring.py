@@ -1,8 +1,8 @@
-"""Binding handlers that return {output name: value} to Gradio events, whose outputs are lists.
+"""Binding a handler that returns {output name: value} to a Gradio event.
 
-The one place where output names become component positions: `on(event, handler, inputs,
-names, components)` passes Gradio the components in the order of `names` and turns each dict
-the handler returns (or yields) into a list in that same order.
+Gradio updates the components a handler's returned dict is keyed by (and leaves any other output
+as it was), so the only step left is swapping each name for its component; the handlers stay plain
+functions keyed by names, which the tests call without a page.
 """
 from __future__ import annotations
 
@@ -11,31 +11,22 @@ import inspect
 from typing import Callable, Sequence
 
 
-def ordered(out: dict, names: Sequence[str]) -> list:
-    """A handler's named outputs as a list in the order of `names` (every name, no other)."""
-    if set(out) != set(names):
-        raise KeyError(f"handler outputs {sorted(out)} do not match {sorted(names)}")
-    return [out[n] for n in names]
-
-
-def positional(handler: Callable, names: Sequence[str]) -> Callable:
-    """`handler` returning lists in the order of `names` (a generator stays a generator: Gradio
-    streams it); it keeps the handler's name, so the API's endpoint names stay the same."""
-    names = tuple(names)
-    if inspect.isgeneratorfunction(handler):
-        @functools.wraps(handler)
-        def stream(*args):
-            for out in handler(*args):
-                yield ordered(out, names)
-        return stream
-
-    @functools.wraps(handler)
-    def call(*args):
-        return ordered(handler(*args), names)
-    return call
-
-
 def on(event: Callable, handler: Callable, inputs, names: Sequence[str], components: dict, **kw):
     """Subscribe `handler` to `event` (e.g. button.click) with the components named `names` as
-    outputs."""
-    return event(positional(handler, names), inputs, [components[n] for n in names], **kw)
+    outputs. A generator handler stays one (Gradio streams it); the handler's name is kept, so the
+    API's endpoint names stay the same."""
+    outputs = {n: components[n] for n in names}
+
+    def keyed(out: dict) -> dict:
+        return {outputs[n]: v for n, v in out.items()}  # a name that is not an output: KeyError
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def bound(*args):
+            for out in handler(*args):
+                yield keyed(out)
+    else:
+        @functools.wraps(handler)
+        def bound(*args):
+            return keyed(handler(*args))
+    return event(bound, inputs, list(outputs.values()), **kw)

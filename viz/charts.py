@@ -58,33 +58,34 @@ def verified(step) -> int:
     return 0 if step.cycle == 0 else 1
 
 
-def draft_calls(steps) -> list[int]:
-    """Draft-head calls of each step: the tree's own count, else the growth of the cumulative one
-    (traces recorded before trees kept their count)."""
-    out, prev = [], 0
-    for s in steps:
-        cum = int(s.cumulative["draft_calls"])
-        own = s.tree.draft_calls if s.tree is not None else 0
-        out.append(int(own) if own else max(0, cum - prev))
-        prev = cum
-    return out
-
-
 def series(label: str, steps, role: str = "main") -> Series:
     """The series of a run's steps (StepTraces of one decoder, cycle 0 first)."""
-    steps = list(steps)
-    return Series(
-        label=label, role=role, policy=steps[0].policy if steps else label,
-        tokens=[int(s.cumulative["tokens"]) for s in steps],
-        wall_s=[float(s.cumulative["wall_s"]) for s in steps],
-        forwards=[int(s.cumulative["target_forwards"]) for s in steps],
-        accepted=[int(s.accepted_len) for s in decode_steps(steps)],
-        finished=steps[-1].finished if steps else None,
-        verified=[verified(s) for s in steps],
-        draft_calls=draft_calls(steps),
-        verify_s=[float(s.timings["verify_s"]) for s in steps],
-        draft_s=[float(s.timings["draft_s"]) for s in steps],
-    )
+    s = Series(label=label, role=role, policy=label, tokens=[], wall_s=[], forwards=[], accepted=[],
+               finished=None, verified=[], draft_calls=[], verify_s=[], draft_s=[])
+    return extend_series(s, list(steps), 0)
+
+
+def extend_series(s: Series, steps: list, start: int) -> Series:
+    """Append steps[start:] to `s` (built from steps[:start]), in place: a live run adds each new
+    cycle once instead of rebuilding its series from every step on every tick. Draft calls: the
+    tree's own count, else the growth of the cumulative one (traces recorded before trees kept it)."""
+    prev = int(steps[start - 1].cumulative["draft_calls"]) if start else 0
+    for st in steps[start:]:
+        cum = int(st.cumulative["draft_calls"])
+        own = st.tree.draft_calls if st.tree is not None else 0
+        s["tokens"].append(int(st.cumulative["tokens"]))
+        s["wall_s"].append(float(st.cumulative["wall_s"]))
+        s["forwards"].append(int(st.cumulative["target_forwards"]))
+        if st.tree is not None:
+            s["accepted"].append(int(st.accepted_len))
+        s["verified"].append(verified(st))
+        s["draft_calls"].append(int(own) if own else max(0, cum - prev))
+        s["verify_s"].append(float(st.timings["verify_s"]))
+        s["draft_s"].append(float(st.timings["draft_s"]))
+        prev = cum
+    if steps:
+        s["policy"], s["finished"] = steps[0].policy, steps[-1].finished
+    return s
 
 
 def truncate(s: Series, n_cycles: int) -> Series:
