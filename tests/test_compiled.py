@@ -11,6 +11,10 @@
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import torch
 import torch.nn.functional as F
 import pytest
@@ -222,6 +226,32 @@ def test_a_torch_without_the_package_loader_stays_eager(tiny, monkeypatch):
     monkeypatch.delattr(torch._C._aoti, "AOTIModelContainerRunnerCpu")
     line = attach(tiny, "auto")
     assert tiny.target.compiled is None and "cannot load compiled packages" in line
+
+
+@pytest.mark.slow
+def test_packages_load_as_the_background_compile_lands_them(tiny, compiled_tiny, tmp_path):
+    """While the background compile runs, one watcher thread loads each package as it lands (no
+    forward or describe() looks at the disk), then ends with the compile."""
+    src = compiled_tiny.folder
+    ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=tmp_path)
+    assert ct.describe() == "eager forward" and ct.runners == {}
+    # a stand-in for `python -m eagle2 compile`: writes the packages one by one, as it would
+    copier = ("import shutil, sys, time\n"
+              "for name in sys.argv[3:]:\n"
+              "    time.sleep(1.0)\n"
+              "    for ext in ('.json', '.so'):\n"
+              "        shutil.copy(f'{sys.argv[1]}/{name}{ext}', f'{sys.argv[2]}/{name}{ext}.part')\n"
+              "        shutil.move(f'{sys.argv[2]}/{name}{ext}.part', f'{sys.argv[2]}/{name}{ext}')\n")
+    names = ["T1", "T4", f"{ct.head_set.prefix}T4"]
+    ct.watch(subprocess.Popen([sys.executable, "-c", copier, str(src), str(tmp_path), *names]))
+    deadline = time.monotonic() + 60
+    while not ct.complete() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ct.complete() and sorted(ct.runners) == [1, 4]
+    ct._watcher.join(timeout=30)
+    assert not ct._watcher.is_alive() and ct.worker.poll() == 0
+    assert ct.describe().startswith("compiled forward")
+    ct.stop()
 
 
 @pytest.mark.slow

@@ -271,6 +271,11 @@ class CompiledTarget:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        preexec_fn=(lambda: os.nice(15)) if hasattr(os, "nice") else None)
         atexit.register(self.stop)  # a half-built package is never renamed into place: safe to stop
+        self.watch(self.worker)
+
+    def watch(self, worker: subprocess.Popen) -> None:
+        """Load the packages `worker` (the background compile) writes, as they land, in one thread."""
+        self.worker = worker
         self._watcher = threading.Thread(target=self._watch, daemon=True, name="eagle2-load-compiled")
         self._watcher.start()
 
