@@ -19,7 +19,7 @@ from eagle2.decoding.race import RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 from eagle2.policies.registry import DEFAULT, HARDWARE_AWARE, default_policy, describe, names
-from ui import handlers, wiring
+from ui import handlers
 from ui.dashboard import ALWAYS, DASH, OPEN, PANELS, SECTIONS, render
 from ui.model import MODEL, ModelHolder
 from ui.page import build_app, launch
@@ -30,6 +30,8 @@ from ui.view import View
 from page_controls import DISPLAY, SMALL, STEP_API, ui
 
 SKIP = type(gr.skip())
+# Each tab's handlers keyed by the output names (what tests read); the page's are keyed by its components.
+live, replay, explain = handlers.Live(), handlers.Replay(), handlers.Explain()
 
 
 def settings_ui(**over):
@@ -54,8 +56,8 @@ def solo(bundle, prompt, ticks, **over):
 
 
 def test_page_binds_controls_and_outputs_by_name():
-    """The events' inputs and outputs are the components their names say (ui/wiring.py keys the
-    handlers' dicts by component), and the controls start at the race's defaults for
+    """The events' inputs and outputs are the components their names say (each tab's handlers key
+    their dicts by its components), and the controls start at the race's defaults for
     the device the page runs on."""
     cfg = build_app(preload_trace=False, device="cpu").config
     comps = {c["id"]: c for c in cfg["components"]}
@@ -155,33 +157,32 @@ def test_the_session_layer_imports_no_gradio():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
-def test_wiring_keys_a_handlers_outputs_by_component():
-    """Gradio gets dicts keyed by the components (it updates those); a generator stays one, the
-    API names stay the handlers' names, and a name that is not an output is an error."""
-    seen = {}
-
-    def event(fn, inputs, outputs, **kw):
-        seen.update(fn=fn, outputs=outputs)
-
-    comps = {"a": object(), "b": object()}
-
-    def gen():
-        yield {"b": 1, "a": 0}
-        yield {"a": 2}
-    wiring.on(event, gen, [], ("a", "b"), comps)
-    assert seen["outputs"] == [comps["a"], comps["b"]]
-    assert inspect.isgeneratorfunction(seen["fn"])
-    assert list(seen["fn"]()) == [{comps["b"]: 1, comps["a"]: 0}, {comps["a"]: 2}]
-    wiring.on(event, lambda: {"c": 1}, [], ("a", "b"), comps)
-    with pytest.raises(KeyError):
-        seen["fn"]()
-    wiring.on(event, handlers.on_step, [], handlers.LIVE, {n: object() for n in handlers.LIVE})
-    assert seen["fn"].__name__ == "on_step"   # API names kept
+def test_handlers_key_their_outputs_by_the_tabs_components():
+    """On the page each handler returns (or, Run, yields) {component: value} for its event's
+    outputs, which Gradio puts in the outputs' order; the API's endpoint names are the handlers'."""
+    from gradio.blocks import convert_component_dict_to_list
+    demo = build_app(preload_trace=False, device="cpu")
+    fns = {f.api_name: f for f in demo.fns.values()}
+    step, run = fns["step"], fns["run"]
+    assert step.fn.__name__ == "on_step" and run.fn.__name__ == "on_run" and inspect.isgeneratorfunction(run.fn)
+    status = step.outputs[handlers.LIVE.index("status")]
+    for refused in (lambda: step.fn(None, "  ", *ui(), OPEN), lambda: next(run.fn(None, "  ", *ui(), OPEN))):
+        with pytest.warns(UserWarning, match="prompt is empty"):
+            out = refused()
+        assert set(out) == set(step.outputs)            # keyed by the components, every output named
+        values = convert_component_dict_to_list(step.outputs, out)
+        assert values[handlers.LIVE.index("status")] == out[status] and "prompt is empty" in out[status]
+    panels = fns["close_race"]       # a section closed: one output, the tab's open panels
+    assert panels.fn(OPEN) == {panels.outputs[0]: OPEN - {"race"}}
+    ex = fns["on_explain_source"]
+    drawn = ex.fn(handlers.LIVE_SOURCE, None, None, None, None)
+    assert list(drawn) == ex.outputs and drawn[ex.outputs[handlers.EXPLAIN.index("text")]].startswith("Press Step")
 
 
 def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
-    """Two browser sessions (two clients) step different prompts at the same time through the
-    real queue; each ends with exactly the tokens of a solo run of its own prompt."""
+    """Two browser sessions (two clients) step different prompts through the real queue, which
+    runs them at the same time (checked server side, by a meeting point, not by timings); each
+    ends with exactly the tokens of a solo run of its own prompt."""
     from gradio_client import Client
     prompts = ["Name three colours.", "What is the capital of France?"]
     ticks = 2
@@ -203,7 +204,7 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
     demo = launch("127.0.0.1", port, concurrency=2, block=False)
     try:
         results, errors = {}, []
-        barrier = threading.Barrier(2)
+        barrier = threading.Barrier(2, timeout=60)
 
         def drive(i):
             try:
@@ -217,12 +218,13 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
             except Exception as e:  # reported below
                 errors.append(repr(e))
 
-        th = [threading.Thread(target=drive, args=(i,)) for i in range(2)]
+        th = [threading.Thread(target=drive, args=(i,), daemon=True) for i in range(2)]
         for t in th:
             t.start()
         for t in th:
             t.join(timeout=240)
         assert not errors, errors
+        assert not any(t.is_alive() for t in th), "a session got no answer within 240 s"
         for i in range(2):
             status, tokens = results[i]["status"], results[i]["tokens"]
             exp = expected[i]
@@ -241,30 +243,30 @@ def test_an_update_sends_only_what_is_shown(bundle):
     others are gr.skip() (neither built nor redrawn). Opening a section draws it at once; hiding
     the comparison hides its panel. A caller that names no panels gets every output."""
     sess = solo(bundle, "Name a fruit.", 1)
-    out = handlers.on_step(sess, "Name a fruit.", *ui(side_by_side=False), frozenset())
+    out = live.on_step(sess, "Name a fruit.", *ui(side_by_side=False), frozenset())
     assert {n for n, v in out.items() if isinstance(v, SKIP)} == set(DASH) - set(ALWAYS)
     assert out["tree"].layout.title.text.startswith("Cycle 2 ") and "cycle 2" in out["status"]
-    out = handlers.on_step(sess, "Name a fruit.", *ui(), OPEN)               # the page's default panels
+    out = live.on_step(sess, "Name a fruit.", *ui(), OPEN)               # the page's default panels
     assert {n for n, v in out.items() if not isinstance(v, SKIP)} == \
         {"session", "status", *ALWAYS, *(n for p in OPEN for n in PANELS[p])}
     assert out["compare"].layout.title.text.startswith("static on the same context")
-    assert not any(isinstance(v, SKIP) for v in handlers.on_step(sess, "Name a fruit.", *ui()).values())
+    assert not any(isinstance(v, SKIP) for v in live.on_step(sess, "Name a fruit.", *ui()).values())
 
-    opened = handlers.on_panel_open("whatif", handlers.live_view)(sess, None, "path value", False, OPEN)
+    opened = live.panel_open("whatif")(sess, None, "path value", False, OPEN)
     assert list(opened) == list(handlers.panel_outputs("whatif"))
     assert opened["panels"] == OPEN | {"whatif"} and opened["whatif"].data             # drawn now
-    assert handlers.on_panel_close("whatif")(opened["panels"]) == {"panels": OPEN}
+    assert live.panel_close("whatif")(opened["panels"]) == {"panels": OPEN}
     recorded = View.from_trace(Trace.load(next(iter(shipped_traces().values()))), "replay")
-    before_step = handlers.on_panel_open("table", lambda s: handlers.live_view(s, recorded))
+    before_step = handlers.Live(view_of=lambda s: handlers.live_view(s, recorded)).panel_open("table")
     assert len(before_step(None, None, "path value", False, OPEN)["table"]) == len(recorded.steps)  # a new page's trace
     assert before_step(Session(), None, "path value", False, OPEN)["table"].empty     # after Reset: empty
 
-    side_by_side = handlers.on_side_by_side(handlers.live_view)
+    side_by_side = live.side_by_side
     hidden = side_by_side(sess, False, None, "path value", False, OPEN)
     assert hidden["panels"] == OPEN - {"compare"} and hidden["compare"].visible is False
     shown = side_by_side(sess, True, None, "path value", False, hidden["panels"])
     assert shown["panels"] == OPEN and shown["compare"].visible is True
-    reset = handlers.on_reset(sess, hidden["panels"])
+    reset = live.on_reset(sess, hidden["panels"])
     assert isinstance(reset["compare"], SKIP) and not isinstance(reset["tree"], SKIP)
 
 
@@ -326,31 +328,31 @@ def test_user_errors_warn_and_keep_the_session(bundle):
     sess = solo(bundle, "Say hello.", 1)
     before = len(sess.main.trace.steps)
     with pytest.warns(UserWarning, match="prompt is empty"):
-        out = handlers.on_step(sess, "   ", *ui())
+        out = live.on_step(sess, "   ", *ui())
     assert list(out) == list(handlers.LIVE) and all(isinstance(o, SKIP) for n, o in out.items() if n != "status")
     assert "The prompt is empty: type something" in out["status"]               # the status line says it too,
     assert out["status"].startswith(handlers.live_status(sess))                # under where the session stands
     with pytest.warns(UserWarning, match="Depth must be a whole number"):
-        handlers.on_step(sess, "Say hello.", *ui(depth=2.5))
+        live.on_step(sess, "Say hello.", *ui(depth=2.5))
     with pytest.warns(UserWarning, match="depth must be an integer in"):
-        handlers.on_step(sess, "Say hello.", *ui(depth=0))
+        live.on_step(sess, "Say hello.", *ui(depth=0))
     with pytest.warns(UserWarning, match="Shorten it"):
-        handlers.on_step(sess, "word " * 9000, *ui())              # longer than the model's context
+        live.on_step(sess, "word " * 9000, *ui())              # longer than the model's context
     assert len(sess.main.trace.steps) == before and sess.prompt == "Say hello."
-    out = handlers.on_step(sess, "Say hello.", *ui())             # still usable
+    out = live.on_step(sess, "Say hello.", *ui())             # still usable
     assert out["session"] is sess and len(sess.main.trace.steps) == before + 1
     sess.apply(Settings(**dict(SMALL, max_new_tokens=len(sess.main.generated) + 1)))
     while not sess.finished:
         sess.tick()
     with pytest.warns(UserWarning, match="has finished"):
-        handlers.on_step(sess, "Say hello.", *ui())
+        live.on_step(sess, "Say hello.", *ui())
 
 
 def test_a_refused_step_says_what_to_do_on_the_status_line():
     """Step or Run with an empty prompt on a new page: one warning, and the status line (which
     read "... until you press Step") says what to do; no session is made, nothing else changes."""
-    for press in (lambda: handlers.on_step(None, "  ", *ui()),
-                  lambda: next(handlers.on_run(None, "", *ui()))):
+    for press in (lambda: live.on_step(None, "  ", *ui()),
+                  lambda: next(live.on_run(None, "", *ui()))):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             out = press()
@@ -383,19 +385,19 @@ def test_malformed_trace_upload_gives_clear_error_and_keeps_state(tmp_path):
     broken.write_text(json.dumps({"schema": "eagle2-viz/trace/v1", "meta": {}, "steps": [{"cycle": 0}]}))
     for path, msg in ((bad_json, "not valid JSON"), (other, "not an eagle2-viz trace"), (broken, "malformed")):
         with pytest.warns(UserWarning, match=msg):
-            out = handlers.on_replay_load(None, str(path), 0, "path value", False)
+            out = replay.on_replay_load(None, str(path), 0, "path value", False)
         assert list(out) == list(handlers.REPLAY)
         assert all(isinstance(o, SKIP) for o in out.values())              # nothing replaced
     traces = shipped_traces()
     name = next(iter(traces))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = handlers.on_replay_load(name, None, 0, "path value", False)
+        out = replay.on_replay_load(name, None, 0, "path value", False)
     assert list(out) == list(handlers.REPLAY)
     view = out["view"]
     assert isinstance(view, View) and len(view.steps) >= 2
     cyc = view.drafted[0]
-    again = handlers.on_replay_view(view, cyc, "draft prob", True)
+    again = replay.on_replay_view(view, cyc, "draft prob", True)
     assert list(again) == list(DASH)
     assert again["tree"].layout.title.text.startswith(f"Cycle {cyc} ")
 
@@ -446,11 +448,11 @@ def test_unreadable_uploads_give_one_clear_warning_and_keep_state(tmp_path, monk
     huge file, the wrong shape), the Replay tab gives exactly one warning, "Could not read this
     trace: ...", never Python's own error (no "maximum recursion depth"), and replaces nothing. A
     trace that reads but does not draw gives one warning too. A real trace still loads after."""
-    shown = handlers.on_replay_load(next(iter(shipped_traces())), None, 0, "path value", False)
+    shown = replay.on_replay_load(next(iter(shipped_traces())), None, 0, "path value", False)
     for name, (path, msg) in unreadable_uploads(tmp_path).items():
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            out = handlers.on_replay_load(None, str(path), 0, "path value", False, OPEN)
+            out = replay.on_replay_load(None, str(path), 0, "path value", False, OPEN)
         said = [str(x.message) for x in w]
         assert len(said) == 1 and said[0].startswith("Could not read this trace: "), (name, said)
         assert msg in said[0] and "recursion" not in said[0], (name, said)
@@ -464,13 +466,13 @@ def test_unreadable_uploads_give_one_clear_warning_and_keep_state(tmp_path, monk
         m.setattr(handlers, "render", no_figures)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            out = handlers.on_replay_load(None, str(good), 0, "path value", False, OPEN)
+            out = replay.on_replay_load(None, str(good), 0, "path value", False, OPEN)
         assert [str(x.message) for x in w] == [
             "Could not read this trace: it could not be drawn (ValueError: no figures today)."]
         assert all(isinstance(o, SKIP) for o in out.values())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = handlers.on_replay_load(None, str(good), 0, "path value", False, OPEN)
+        out = replay.on_replay_load(None, str(good), 0, "path value", False, OPEN)
     assert out["view"].source == "good.json" and len(out["view"].steps) == len(shown["view"].steps)
 
 
@@ -486,12 +488,12 @@ def test_export_and_replay_roundtrip(bundle, tmp_path):
     assert [s["role"] for s in v.series] == ["main", "compare", "plain"] and set(v.previews) == {1, 2}
     assert by_ext[".csv"].read_text().splitlines()[0].startswith("cycle,policy,accepted")
     assert "draft nodes" in by_ext[".html"].read_text()
-    ex = handlers.on_explain("Replay trace", None, v, 2, None)
+    ex = explain.on_explain("Replay trace", None, v, 2, None)
     assert list(ex) == list(handlers.EXPLAIN)
     assert ex["phase"].value == "Expand level 1" and "Expansion level 1" in ex["text"]
-    ex = handlers.on_explain("Replay trace", None, v, 2, "Expand level 1", move=-1)
+    ex = explain.on_explain("Replay trace", None, v, 2, "Expand level 1", move=-1)
     assert ex["phase"].value == "Expand level 1"
-    last = handlers.on_explain("Replay trace", None, v, 2, "Verify", move=1)
+    last = explain.on_explain("Replay trace", None, v, 2, "Verify", move=1)
     assert last["phase"].value == "Accept" and "Acceptance" in last["text"]
 
 
@@ -520,16 +522,33 @@ def test_cuda_without_gpu_falls_back_to_cpu_with_a_warning(monkeypatch):
     with pytest.raises(UserError, match="could not be loaded: no weights"):
         failing.get(timeout=30)
     assert "failed to load" in failing.info_md()
-    monkeypatch.undo()  # a bug while loading (the real steps meet a broken bundle) is not a user's error
+
+
+def test_a_bug_while_loading_the_model_is_logged_and_shown(monkeypatch, caplog):
+    """What a user can fix (UserError, OSError: missing weights, no network, a full disk) is said
+    as it is; anything else is a bug: its traceback goes to the log, the page says it failed."""
+    import eagle2.model.loading as loading
+    monkeypatch.setattr(loading, "load_bundle", lambda **kw: (_ for _ in ()).throw(OSError("No space left")))
+    full = ModelHolder()
+    with caplog.at_level("ERROR", logger="ui.model"):
+        full.start()
+        with pytest.raises(UserError, match="could not be loaded: OSError: No space left"):
+            full.get(timeout=30)
+    assert not caplog.records                       # expected: no traceback
+    # a bundle the real steps cannot use (compiling it raises AttributeError): nothing swallows it
     monkeypatch.setattr(loading, "load_bundle", lambda **kw: SimpleNamespace())
     broken = ModelHolder()
-    broken.start()
-    with pytest.raises(UserError, match="unexpected AttributeError"):
-        broken.get(timeout=30)
+    with caplog.at_level("ERROR", logger="ui.model"):
+        broken.start()
+        with pytest.raises(UserError, match="unexpected AttributeError"):
+            broken.get(timeout=30)
+    assert broken.stage == "failed" and "model failed to load: unexpected AttributeError" in broken.info_md()
+    [rec] = caplog.records
+    assert rec.exc_info and rec.exc_info[0] is AttributeError     # logged with its traceback
 
 
 def test_run_streams_until_stop_or_the_end(bundle):
-    gen = handlers.on_run(None, "Say hello.", *ui(max_new_tokens=5))
+    gen = live.on_run(None, "Say hello.", *ui(max_new_tokens=5))
     first = next(gen)
     assert list(first) == list(handlers.LIVE)
     sess = first["session"]
@@ -538,7 +557,7 @@ def test_run_streams_until_stop_or_the_end(bundle):
     rest = list(gen)
     assert len(rest) <= 1 and not sess.finished
     n = len(sess.main.trace.steps)
-    outs = list(handlers.on_run(sess, "Say hello.", *ui(max_new_tokens=5)))   # Run again: to the end
+    outs = list(live.on_run(sess, "Say hello.", *ui(max_new_tokens=5)))   # Run again: to the end
     assert sess.finished == "max_new_tokens" and len(sess.main.generated) == 5
     assert len(outs) == len(sess.main.trace.steps) - n                   # one update per cycle
     assert "finished" in outs[-1]["status"]

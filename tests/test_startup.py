@@ -76,8 +76,10 @@ def test_app_says_when_the_model_is_ready(tmp_path, tiny_target):
 
 @pytest.mark.slow
 def test_app_with_a_missing_head_folder_says_so_and_keeps_serving(tmp_path):
-    app = App(tmp_path, "--head", "/nonexistent")
+    """Also: with no --host / --port, Gradio's GRADIO_SERVER_NAME / GRADIO_SERVER_PORT say where."""
+    app = App(tmp_path, "--head", "/nonexistent", by_env=True)
     try:
+        assert app.wait_for("serving ", 0).startswith(f"serving {app.url};")
         err = app.wait_for("no such folder", 1)
         lines = [ln for ln in err.splitlines() if "no such folder" in ln]
         assert len(lines) == 1 and lines[0].startswith("error: ") and "/nonexistent" in lines[0], err

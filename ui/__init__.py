@@ -4,8 +4,7 @@
     session.py    a browser session: the engine's lockstep race plus Stop, view and export
     view.py       what a dashboard shows: a live session or a recorded trace
     dashboard.py  the dashboard's components and their rendering, keyed by output name
-    handlers.py   the event handlers (plain functions returning {output name: value})
-    wiring.py     keys a handler's named outputs by its tab's components (Gradio updates those)
+    handlers.py   the event handlers, one object per tab, returning {component: value}
     help.py       the controls' help texts (the policies' from the engine's registry)
     traces.py     shipped traces and example prompts; recording the traces
     threads.py    CPU threads for torch

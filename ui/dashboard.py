@@ -1,7 +1,8 @@
 """The dashboard: the same components and rendering in the Live and Replay tabs.
 
-`render` returns the values and `build_dashboard` the components, both as dicts keyed by the
-names in DASH, so handlers and tabs address outputs by name, never by position.
+`build_dashboard` returns the components keyed by the names in DASH, and `render` the values
+keyed by those components (Gradio updates the components a handler's dict is keyed by), or by
+the names themselves (NAMES: tests, and the values a new page starts with).
 
 Only what is on screen is drawn: the tree, the metrics, the token stream and the cycle slider on
 every update; the other outputs belong to panels (the comparison tree, and the sections below it)
@@ -35,6 +36,16 @@ CHART_LABELS = {"race": "Race", "speedup": "Speedup", "whatif": "What-if: this r
                 "hist": "Acceptance lengths", "calib": "Calibration", "depth": "Per-depth acceptance"}
 TREE_PX = 460        # the height of a tree panel's placeholder
 CHART_PX = 300       # the height of a chart's placeholder
+
+
+class _Names(dict):
+    """Outputs keyed by their own names: NAMES[name] is name."""
+
+    def __missing__(self, name: str) -> str:
+        return name
+
+
+NAMES = _Names()
 
 
 def shown(panels=None) -> set:
@@ -162,18 +173,21 @@ class Blank:
     race = speedup = whatif = hist = calib = depth = chart
 
 
-def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False, panels=None) -> dict:
-    """The dashboard's outputs for a view, at a cycle (None = the latest), keyed as DASH: those of
-    the open `panels` (None: all) built, the others gr.skip()."""
+def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False, panels=None,
+           out=NAMES) -> dict:
+    """The dashboard's outputs for a view, at a cycle (None = the latest), keyed by `out[name]` for
+    each name in DASH (a tab's components by name; NAMES: the names): those of the open `panels`
+    (None: all) built, the others gr.skip()."""
     at = At(view, cycle, colour_by, show_dropped) if view is not None and view.steps else Blank()
     want = shown(panels)
-    return {n: getattr(at, n)() if n in want else gr.skip() for n in DASH}
+    return {out[n]: getattr(at, n)() if n in want else gr.skip() for n in DASH}
 
 
-def render_panel(name: str, view: View | None, cycle=None, colour_by="path value", show_dropped=False) -> dict:
-    """The outputs of one panel, keyed by their names (a panel just opened)."""
-    out = render(view, cycle, colour_by, show_dropped, panels=(name,))
-    return {n: out[n] for n in PANELS[name]}
+def render_panel(name: str, view: View | None, cycle=None, colour_by="path value", show_dropped=False,
+                 out=NAMES) -> dict:
+    """The outputs of one panel (just opened), keyed by `out[name]`."""
+    at = At(view, cycle, colour_by, show_dropped) if view is not None and view.steps else Blank()
+    return {out[n]: getattr(at, n)() for n in PANELS[name]}
 
 
 def toggle(panels, name: str, is_open: bool) -> frozenset:

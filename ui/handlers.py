@@ -1,8 +1,11 @@
-"""The page's event handlers: plain functions (the tests call them directly).
+"""The page's event handlers (the tests call them directly, without a page).
 
-A handler with several outputs returns a dict keyed by the output names below; ui/wiring.py
-maps the names to a tab's components. User errors become a warning and leave every output
-as it was (gr.skip()); a refused Step or Run also says why on the Live status line.
+A handler with several outputs returns a dict keyed by its outputs' components, which Gradio
+updates. Each tab's handlers are the methods of one object (Live, Replay, Explain) made with that
+tab's outputs by name (`out`, the names below); made without, they key their dicts by the names
+themselves (dashboard.NAMES: tests, the values a new page starts with). User errors become a
+warning and leave every output as it was (gr.skip()); a refused Step or Run also says why on the
+Live status line.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import gradio as gr
 
@@ -17,7 +21,7 @@ import viz
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 
-from .dashboard import DASH, PANELS, render, render_panel, toggle
+from .dashboard import DASH, NAMES, PANELS, render, render_panel, toggle
 from .model import MODEL
 from .session import Session, Settings
 from .traces import load_view, read_upload, shipped_traces
@@ -41,9 +45,9 @@ EXPLAIN = ("cycle", "phase", "figure", "text")
 LIVE_SOURCE, REPLAY_SOURCE = "Live session", "Replay trace"
 
 
-def skip(names) -> dict:
-    """Leave every output as it is."""
-    return {n: gr.skip() for n in names}
+def skip(names, out=NAMES) -> dict:
+    """Leave every output named in `names` as it is (keyed by `out[name]`)."""
+    return {out[n]: gr.skip() for n in names}
 
 
 def _warn(msg: str) -> None:
@@ -67,13 +71,6 @@ def refused_status(sess: Session | None, msg: str) -> str:
     where the session stands if it has started (the dashboard still shows that)."""
     note = f"**{msg}**"
     return f"{live_status(sess)}  \n{note}" if sess is not None and sess.started else note
-
-
-def refused(sess: Session | None, e: UserError) -> dict:
-    """A Step or Run refused: the warning, and the status line saying it; the session, its trace
-    and the dashboard stay as they were. Outputs: LIVE."""
-    _warn(str(e))
-    return {**skip(LIVE), "status": refused_status(sess, str(e))}
 
 
 def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) -> tuple[Session, list[str]]:
@@ -102,60 +99,10 @@ def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) 
     return sess, notes
 
 
-def _live(sess: Session, colour_by="path value", show_dropped=False, panels=None) -> dict:
-    return {"session": sess, "status": live_status(sess), **render(sess.view(), None, colour_by, show_dropped, panels)}
-
-
-def on_step(sess, prompt, *controls) -> dict:
-    """Step: one lockstep cycle (starting the prompt if it is new). Outputs: LIVE."""
-    try:
-        settings = Settings.from_ui(*controls[:N_SETTINGS])
-        sess, notes = do_steps(sess, prompt, settings)
-    except UserError as e:
-        return refused(sess, e)
-    for n in notes:
-        gr.Info(n)
-    return _live(sess, *controls[N_SETTINGS:])
-
-
-def on_run(sess, prompt, *controls):
-    """Run: keeps stepping, yielding every update (LIVE), until the end (or Stop)."""
-    try:
-        settings = Settings.from_ui(*controls[:N_SETTINGS])
-        sess, notes = do_steps(sess, prompt, settings, n=1)
-    except UserError as e:
-        yield refused(sess, e)
-        return
-    for n in notes:
-        gr.Info(n)
-    sess.stop_requested = False
-    yield _live(sess, *controls[N_SETTINGS:])
-    limit = settings.max_new_tokens + 2
-    while not sess.finished and limit > 0:
-        if sess.stop_requested:
-            gr.Info("Stopped. Step or Run continues from here.")
-            return
-        limit -= 1
-        try:
-            sess, _ = do_steps(sess, prompt, settings, n=1)
-        except UserError as e:
-            _warn(str(e))
-            return
-        yield _live(sess, *controls[N_SETTINGS:])
-
-
 def on_stop(sess) -> None:
     """Stop: Run finishes the cycle in progress, shows it and stops (a forward pass cannot be cut)."""
     if sess is not None:
         sess.stop_requested = True
-
-
-def on_reset(sess, panels=None) -> dict:
-    """Reset: a fresh session and an empty dashboard. Outputs: LIVE."""
-    if sess is not None and sess.lock.locked():
-        _warn("A step is running; press Stop first.")
-        return skip(LIVE)
-    return {"session": Session(), "status": live_status(None), **render(None, panels=panels)}
 
 
 def live_view(sess, before: View | None = None) -> View | None:
@@ -166,50 +113,121 @@ def live_view(sess, before: View | None = None) -> View | None:
     return sess.view() if sess.started else None
 
 
-def on_live_view(sess, cycle, colour_by, show_dropped, panels=None) -> dict:
-    """Cycle slider / display options changed: redraw (no decoding). Outputs: DASH."""
-    if sess is None or not sess.started:
-        return skip(DASH)
-    return render(sess.view(), cycle, colour_by, show_dropped, panels)
-
-
-def on_side_by_side(view_of):
-    """A handler for the side-by-side checkbox: (session, on, cycle, colour_by, show_dropped,
-    panels) -> the comparison tree shown (and drawn for `view_of(session)`) or hidden at once (the
-    decoders draft it from the next Step on, or stop), and the open panels. Outputs: panels, compare."""
-    def side_by_side(sess, on, cycle, colour_by, show_dropped, panels) -> dict:
-        if not on:
-            return {PANELS_STATE: toggle(panels, "compare", False), "compare": gr.Plot(visible=False)}
-        fig = render_panel("compare", view_of(sess), cycle, colour_by, show_dropped)["compare"]
-        return {PANELS_STATE: toggle(panels, "compare", True), "compare": gr.Plot(fig, visible=True)}
-    return side_by_side
-
-
 # --------------------------------------------------------------------------------------------
-# Panels opened and closed (both tabs)
+# The dashboard tabs (Live, Replay): their panels opened and closed; the Live tab's handlers
 # --------------------------------------------------------------------------------------------
 def panel_outputs(name: str) -> tuple[str, ...]:
     """Output names of the handler for panel `name` opening."""
     return (PANELS_STATE, *PANELS[name])
 
 
-def on_panel_open(name: str, view_of):
-    """A handler for panel `name` opening: (source, cycle, colour_by, show_dropped, panels) ->
-    the open panels and the panel drawn (outputs: panel_outputs(name)). `view_of(source)`: the
-    View the tab shows (live_view, or the Replay tab's view itself)."""
-    def opened(source, cycle, colour_by, show_dropped, panels) -> dict:
-        return {PANELS_STATE: toggle(panels, name, True),
-                **render_panel(name, view_of(source), cycle, colour_by, show_dropped)}
-    opened.__name__ = f"open_{name}"
-    return opened
+class Tab:
+    """A dashboard tab's handlers. `out`: the tab's outputs by name (its components on the page;
+    NAMES: the names themselves), which every returned dict is keyed by; `view_of(source)`: the
+    View the tab shows, from its first input (a session, or a trace's View)."""
+
+    def __init__(self, out=NAMES, view_of: Callable = lambda source: source):
+        self.out, self.view_of = out, view_of
+
+    def outputs(self, names) -> list:
+        """The components named `names`, for an event's outputs."""
+        return [self.out[n] for n in names]
+
+    def panel_open(self, name: str) -> Callable:
+        """A handler for panel `name` opening: (source, cycle, colour_by, show_dropped, panels) ->
+        the open panels and the panel drawn (outputs: panel_outputs(name))."""
+        def opened(source, cycle, colour_by, show_dropped, panels) -> dict:
+            return {self.out[PANELS_STATE]: toggle(panels, name, True),
+                    **render_panel(name, self.view_of(source), cycle, colour_by, show_dropped, self.out)}
+        opened.__name__ = f"open_{name}"
+        return opened
+
+    def panel_close(self, name: str) -> Callable:
+        """A handler for panel `name` closing: panels -> the open panels (outputs: (PANELS_STATE,))."""
+        def closed(panels) -> dict:
+            return {self.out[PANELS_STATE]: toggle(panels, name, False)}
+        closed.__name__ = f"close_{name}"
+        return closed
 
 
-def on_panel_close(name: str):
-    """A handler for panel `name` closing: panels -> the open panels (outputs: (PANELS_STATE,))."""
-    def closed(panels) -> dict:
-        return {PANELS_STATE: toggle(panels, name, False)}
-    closed.__name__ = f"close_{name}"
-    return closed
+class Live(Tab):
+    """The Live tab's handlers (outputs: LIVE and PANELS_STATE); `view_of(session)`: live_view
+    (the page's: the recorded trace it opens with until the first Step)."""
+
+    def __init__(self, out=NAMES, view_of: Callable = live_view):
+        super().__init__(out, view_of)
+
+    def refused(self, sess: Session | None, e: UserError) -> dict:
+        """A Step or Run refused: the warning, and the status line saying it; the session, its trace
+        and the dashboard stay as they were. Outputs: LIVE."""
+        _warn(str(e))
+        return {**skip(LIVE, self.out), self.out["status"]: refused_status(sess, str(e))}
+
+    def live(self, sess: Session, colour_by="path value", show_dropped=False, panels=None) -> dict:
+        """The session drawn. Outputs: LIVE."""
+        o = self.out
+        return {o["session"]: sess, o["status"]: live_status(sess),
+                **render(sess.view(), None, colour_by, show_dropped, panels, o)}
+
+    def on_step(self, sess, prompt, *controls) -> dict:
+        """Step: one lockstep cycle (starting the prompt if it is new). Outputs: LIVE."""
+        try:
+            settings = Settings.from_ui(*controls[:N_SETTINGS])
+            sess, notes = do_steps(sess, prompt, settings)
+        except UserError as e:
+            return self.refused(sess, e)
+        for n in notes:
+            gr.Info(n)
+        return self.live(sess, *controls[N_SETTINGS:])
+
+    def on_run(self, sess, prompt, *controls):
+        """Run: keeps stepping, yielding every update (LIVE), until the end (or Stop)."""
+        try:
+            settings = Settings.from_ui(*controls[:N_SETTINGS])
+            sess, notes = do_steps(sess, prompt, settings, n=1)
+        except UserError as e:
+            yield self.refused(sess, e)
+            return
+        for n in notes:
+            gr.Info(n)
+        sess.stop_requested = False
+        yield self.live(sess, *controls[N_SETTINGS:])
+        limit = settings.max_new_tokens + 2
+        while not sess.finished and limit > 0:
+            if sess.stop_requested:
+                gr.Info("Stopped. Step or Run continues from here.")
+                return
+            limit -= 1
+            try:
+                sess, _ = do_steps(sess, prompt, settings, n=1)
+            except UserError as e:
+                _warn(str(e))
+                return
+            yield self.live(sess, *controls[N_SETTINGS:])
+
+    def on_reset(self, sess, panels=None) -> dict:
+        """Reset: a fresh session and an empty dashboard. Outputs: LIVE."""
+        o = self.out
+        if sess is not None and sess.lock.locked():
+            _warn("A step is running; press Stop first.")
+            return skip(LIVE, o)
+        return {o["session"]: Session(), o["status"]: live_status(None), **render(None, panels=panels, out=o)}
+
+    def on_live_view(self, sess, cycle, colour_by, show_dropped, panels=None) -> dict:
+        """Cycle slider / display options changed: redraw (no decoding). Outputs: DASH."""
+        if sess is None or not sess.started:
+            return skip(DASH, self.out)
+        return render(sess.view(), cycle, colour_by, show_dropped, panels, self.out)
+
+    def side_by_side(self, sess, on, cycle, colour_by, show_dropped, panels) -> dict:
+        """The side-by-side checkbox: the comparison tree shown (drawn for `view_of(sess)`) or hidden
+        at once (the decoders draft it from the next Step on, or stop), and the open panels.
+        Outputs: PANELS_STATE, compare."""
+        o = self.out
+        if not on:
+            return {o[PANELS_STATE]: toggle(panels, "compare", False), o["compare"]: gr.Plot(visible=False)}
+        fig = render_panel("compare", self.view_of(sess), cycle, colour_by, show_dropped)["compare"]
+        return {o[PANELS_STATE]: toggle(panels, "compare", True), o["compare"]: gr.Plot(fig, visible=True)}
 
 
 def pick_example(choice, examples: dict[str, str]):
@@ -220,46 +238,50 @@ def pick_example(choice, examples: dict[str, str]):
 # --------------------------------------------------------------------------------------------
 # Replay
 # --------------------------------------------------------------------------------------------
-def on_replay_load(choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
-    """Load a shipped (`choice`) or uploaded trace. Outputs: REPLAY. An upload that is not a
-    trace this page can draw gives one warning and changes nothing."""
-    if upload:
-        return on_upload(upload, colour_by, show_dropped, panels)
-    try:
-        traces = shipped_traces()
-        if choice not in traces:
-            raise UserError("Pick a recorded trace or upload one.")
-        view = load_view(traces[choice])
-    except UserError as e:
-        _warn(str(e))
-        return skip(REPLAY)
-    return {"view": view, "info": trace_info(view), **render(view, None, colour_by, show_dropped, panels)}
+class Replay(Tab):
+    """The Replay tab's handlers (outputs: REPLAY and PANELS_STATE); the tab shows its trace's View."""
 
+    def loaded(self, view: View, colour_by, show_dropped, panels) -> dict:
+        """A trace drawn. Outputs: REPLAY."""
+        o = self.out
+        return {o["view"]: view, o["info"]: trace_info(view), **render(view, None, colour_by, show_dropped, panels, o)}
 
-def on_upload(upload, colour_by, show_dropped, panels=None) -> dict:
-    """An uploaded trace (a path, or an object with .name), read and drawn. Outputs: REPLAY."""
-    path = upload if isinstance(upload, str) else getattr(upload, "name", upload)
-    try:
-        view = read_upload(path)
-        return {"view": view, "info": trace_info(view), **render(view, None, colour_by, show_dropped, panels)}
-    except UserError as e:
-        _warn(str(e))
-    except Exception as e:   # read, but the figures choke on it: still one warning, nothing replaced
-        logging.getLogger(__name__).warning("uploaded trace %s could not be drawn", path, exc_info=True)
-        _warn(f"Could not read this trace: it could not be drawn ({type(e).__name__}: {e}).")
-    return skip(REPLAY)
+    def on_replay_load(self, choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
+        """Load a shipped (`choice`) or uploaded trace. Outputs: REPLAY. An upload that is not a
+        trace this page can draw gives one warning and changes nothing."""
+        if upload:
+            return self.on_upload(upload, colour_by, show_dropped, panels)
+        try:
+            traces = shipped_traces()
+            if choice not in traces:
+                raise UserError("Pick a recorded trace or upload one.")
+            view = load_view(traces[choice])
+        except UserError as e:
+            _warn(str(e))
+            return skip(REPLAY, self.out)
+        return self.loaded(view, colour_by, show_dropped, panels)
 
+    def on_upload(self, upload, colour_by, show_dropped, panels=None) -> dict:
+        """An uploaded trace (a path, or an object with .name), read and drawn. Outputs: REPLAY."""
+        path = upload if isinstance(upload, str) else getattr(upload, "name", upload)
+        try:
+            return self.loaded(read_upload(path), colour_by, show_dropped, panels)
+        except UserError as e:
+            _warn(str(e))
+        except Exception as e:   # read, but the figures choke on it: still one warning, nothing replaced
+            logging.getLogger(__name__).warning("uploaded trace %s could not be drawn", path, exc_info=True)
+            _warn(f"Could not read this trace: it could not be drawn ({type(e).__name__}: {e}).")
+        return skip(REPLAY, self.out)
 
-def on_replay_pick(choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
-    """A shipped trace picked (whatever was uploaded before). Outputs: REPLAY."""
-    return on_replay_load(choice, None, cycle, colour_by, show_dropped, panels)
+    def on_replay_pick(self, choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
+        """A shipped trace picked (whatever was uploaded before). Outputs: REPLAY."""
+        return self.on_replay_load(choice, None, cycle, colour_by, show_dropped, panels)
 
-
-def on_replay_view(view, cycle, colour_by, show_dropped, panels=None) -> dict:
-    """Cycle slider / display options changed. Outputs: DASH."""
-    if view is None:
-        return skip(DASH)
-    return render(view, cycle, colour_by, show_dropped, panels)
+    def on_replay_view(self, view, cycle, colour_by, show_dropped, panels=None) -> dict:
+        """Cycle slider / display options changed. Outputs: DASH."""
+        if view is None:
+            return skip(DASH, self.out)
+        return render(view, cycle, colour_by, show_dropped, panels, self.out)
 
 
 def trace_info(view: View) -> str:
@@ -329,41 +351,45 @@ def explain_source(source, sess, view) -> View | None:
     return view
 
 
-def on_explain(source, sess, view, cycle, phase_label, move=0) -> dict:
-    """One phase of one cycle (`move` steps to the previous/next phase). Outputs: EXPLAIN."""
-    v = explain_source(source, sess, view)
-    st = v.step_at(int(cycle) if cycle else None) if v is not None else None
-    if st is None:
-        msg = ("Press Step in the Live tab first." if source == LIVE_SOURCE
-               else "Load a trace in the Replay tab first.")
-        return {"cycle": gr.Slider(), "phase": gr.Radio(choices=[], value=None),
-                "figure": viz.empty_figure(msg, 460), "text": msg}
-    ph = viz.phases(st)
-    labels = [lab for _, lab in ph]
-    i = labels.index(phase_label) if phase_label in labels else (len(labels) - 1 if move < 0 else 0)
-    if phase_label in labels:
-        i = max(0, min(len(labels) - 1, i + move))
-    key = ph[i][0]
-    dr = v.drafted
-    return {"cycle": gr.Slider(minimum=dr[0], maximum=max(dr[-1], dr[0] + 1), value=st.cycle, step=1,
-                               interactive=len(dr) > 1),
-            "phase": gr.Radio(choices=labels, value=labels[i]),
-            "figure": viz.explain_figure(st, key), "text": viz.explain_text(st, key, greedy=v.greedy)}
+class Explain:
+    """The "Explain a cycle" tab's handlers (outputs: EXPLAIN), keyed by `out[name]` (NAMES: the
+    names themselves)."""
 
+    def __init__(self, out=NAMES):
+        self.out = out
 
-def on_explain_source(source, sess, view, cycle, phase_label) -> dict:
-    """Source changed: its latest cycle, first phase."""
-    return on_explain(source, sess, view, None, None)
+    def on_explain(self, source, sess, view, cycle, phase_label, move=0) -> dict:
+        """One phase of one cycle (`move` steps to the previous/next phase). Outputs: EXPLAIN."""
+        o = self.out
+        v = explain_source(source, sess, view)
+        st = v.step_at(int(cycle) if cycle else None) if v is not None else None
+        if st is None:
+            msg = ("Press Step in the Live tab first." if source == LIVE_SOURCE
+                   else "Load a trace in the Replay tab first.")
+            return {o["cycle"]: gr.Slider(), o["phase"]: gr.Radio(choices=[], value=None),
+                    o["figure"]: viz.empty_figure(msg, 460), o["text"]: msg}
+        ph = viz.phases(st)
+        labels = [lab for _, lab in ph]
+        i = labels.index(phase_label) if phase_label in labels else (len(labels) - 1 if move < 0 else 0)
+        if phase_label in labels:
+            i = max(0, min(len(labels) - 1, i + move))
+        key = ph[i][0]
+        dr = v.drafted
+        return {o["cycle"]: gr.Slider(minimum=dr[0], maximum=max(dr[-1], dr[0] + 1), value=st.cycle, step=1,
+                                      interactive=len(dr) > 1),
+                o["phase"]: gr.Radio(choices=labels, value=labels[i]),
+                o["figure"]: viz.explain_figure(st, key), o["text"]: viz.explain_text(st, key, greedy=v.greedy)}
 
+    def on_explain_source(self, source, sess, view, cycle, phase_label) -> dict:
+        """Source changed: its latest cycle, first phase."""
+        return self.on_explain(source, sess, view, None, None)
 
-def on_explain_cycle(source, sess, view, cycle, phase_label) -> dict:
-    """Cycle changed: its first phase."""
-    return on_explain(source, sess, view, cycle, None)
+    def on_explain_cycle(self, source, sess, view, cycle, phase_label) -> dict:
+        """Cycle changed: its first phase."""
+        return self.on_explain(source, sess, view, cycle, None)
 
+    def on_explain_next(self, source, sess, view, cycle, phase_label) -> dict:
+        return self.on_explain(source, sess, view, cycle, phase_label, move=1)
 
-def on_explain_next(source, sess, view, cycle, phase_label) -> dict:
-    return on_explain(source, sess, view, cycle, phase_label, move=1)
-
-
-def on_explain_prev(source, sess, view, cycle, phase_label) -> dict:
-    return on_explain(source, sess, view, cycle, phase_label, move=-1)
+    def on_explain_prev(self, source, sess, view, cycle, phase_label) -> dict:
+        return self.on_explain(source, sess, view, cycle, phase_label, move=-1)

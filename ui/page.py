@@ -9,7 +9,7 @@ from eagle2.errors import UserError
 from viz.tokens import TOKEN_CSS
 
 from .dashboard import OPEN, render
-from .handlers import REPLAY_SOURCE, live_status, on_explain, trace_info
+from .handlers import REPLAY_SOURCE, Explain, live_status, trace_info
 from .model import MODEL
 from . import session as live_sessions
 from .tabs.explain import build_explain_tab
@@ -48,7 +48,7 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
             init_view = load_view(next(iter(traces.values())))
             init_dash = render(init_view, panels=OPEN)   # closed sections are drawn when opened
             init_info = trace_info(init_view)
-            init_ex = on_explain(REPLAY_SOURCE, None, init_view, None, None)
+            init_ex = Explain().on_explain(REPLAY_SOURCE, None, init_view, None, None)   # keyed by name
             init_status = (f"Showing the recorded trace **{next(iter(traces))}** until you press **Step** "
                            f"(the Replay tab has more).")
         except UserError as e:

@@ -6,11 +6,10 @@ import gradio as gr
 
 from .. import handlers as h
 from ..dashboard import slider_kw
-from ..wiring import on
 
 def build_explain_tab(sess: gr.State, rview: gr.State, init: dict | None) -> dict:
-    """The tab's contents (call inside `with gr.Tab(...)`), showing `init` (on_explain's output)
-    from the start; returns its components by name."""
+    """The tab's contents (call inside `with gr.Tab(...)`), showing `init` (Explain().on_explain's
+    output, keyed by name) from the start; returns its components by name."""
     c: dict = {}
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=340):
@@ -30,9 +29,10 @@ def build_explain_tab(sess: gr.State, rview: gr.State, init: dict | None) -> dic
                                   elem_id="explain-tree")
 
     inputs = [c["source"], sess, rview, c["cycle"], c["phase"]]
-    on(c["source"].change, h.on_explain_source, inputs, h.EXPLAIN, c)
-    on(c["cycle"].input, h.on_explain_cycle, inputs, h.EXPLAIN, c, trigger_mode="always_last")
-    on(c["phase"].change, h.on_explain, inputs, h.EXPLAIN, c)
-    on(c["next"].click, h.on_explain_next, inputs, h.EXPLAIN, c)
-    on(c["prev"].click, h.on_explain_prev, inputs, h.EXPLAIN, c)
+    explain, outputs = h.Explain(c), [c[n] for n in h.EXPLAIN]
+    c["source"].change(explain.on_explain_source, inputs, outputs)
+    c["cycle"].input(explain.on_explain_cycle, inputs, outputs, trigger_mode="always_last")
+    c["phase"].change(explain.on_explain, inputs, outputs)
+    c["next"].click(explain.on_explain_next, inputs, outputs)
+    c["prev"].click(explain.on_explain_prev, inputs, outputs)
     return c

@@ -12,7 +12,6 @@ from ..help import HELP, policy_help, preset_label, presets_help
 from ..session import defaults, device_kind
 from ..traces import load_examples
 from ..view import View
-from ..wiring import on
 from .sections import wire_sections
 
 COLOUR_CHOICES = ["path value", "draft prob"]
@@ -120,13 +119,14 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
             status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner", "dash-status"])
             dash, sections = build_dashboard("live", init_dash, c["panels"].value)
     out = {"session": sess, "status": status, h.PANELS_STATE: c["panels"], **dash}
-    wire(c, out, sections, ex_map, lambda s: h.live_view(s, init_view))
+    wire(c, h.Live(out, lambda s: h.live_view(s, init_view)), sections, ex_map)
     return c, out
 
 
-def wire(c: dict, out: dict, sections: dict, ex_map: dict[str, str], view_of) -> None:
-    """The tab's events: `c` its controls, `out` its outputs, `sections` the dashboard's;
-    `view_of(session)`: the View the dashboard shows."""
+def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
+    """The tab's events: `c` its controls, `live` its handlers (made with its outputs and the View
+    its dashboard shows), `sections` the dashboard's."""
+    out = live.out
     sess, panels, dash = out["session"], out[h.PANELS_STATE], {n: out[n] for n in DASH}
     # only the status line shows that a step is under way: a spinner over every output costs the
     # browser more than the step's own drawing. Its tracker text says where a waiting step stands
@@ -134,18 +134,20 @@ def wire(c: dict, out: dict, sections: dict, ex_map: dict[str, str], view_of) ->
     # one has taken; style.css keeps that text readable on the one-line status.
     busy = dict(concurrency_id="decode", show_progress_on=out["status"])
     controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS] + [panels]
-    on(c["step"].click, h.on_step, controls, h.LIVE, out, api_name="step", **busy)
-    on(c["prompt"].submit, h.on_step, controls, h.LIVE, out, api_visibility="private", **busy)
-    on(c["run"].click, h.on_run, controls, h.LIVE, out, api_name="run", **busy)
+    outputs = live.outputs(h.LIVE)
+    c["step"].click(live.on_step, controls, outputs, api_name="step", **busy)
+    c["prompt"].submit(live.on_step, controls, outputs, api_visibility="private", **busy)
+    c["run"].click(live.on_run, controls, outputs, api_name="run", **busy)
     c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
-    on(c["reset"].click, h.on_reset, [sess, panels], h.LIVE, out, api_name="reset", show_progress_on=out["status"])
+    c["reset"].click(live.on_reset, [sess, panels], outputs, api_name="reset", show_progress_on=out["status"])
     c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
     view = [sess, dash["cycle"], c["colour_by"], c["show_dropped"], panels]
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
-        on(event, h.on_live_view, view, DASH, dash, trigger_mode="always_last", show_progress="hidden")
-    on(c["side_by_side"].change, h.on_side_by_side(view_of), [sess, c["side_by_side"], *view[1:]],
-       (h.PANELS_STATE, "compare"), out, show_progress="hidden", api_visibility="private")
-    wire_sections(sections, view, out, view_of)
+        event(live.on_live_view, view, live.outputs(DASH), trigger_mode="always_last", show_progress="hidden")
+    c["side_by_side"].change(live.side_by_side, [sess, c["side_by_side"], *view[1:]],
+                             live.outputs((h.PANELS_STATE, "compare")), show_progress="hidden",
+                             api_visibility="private")
+    wire_sections(sections, view, live)
     c["export"].click(h.on_export_live, [sess], [c["files"]])
     for k, _ in PRESETS:
         c[f"preset_{k}"].click(preset_values(k), None, [c[n] for n in TREE], queue=False, show_progress="hidden")
