@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from eagle2.tools.machine import cpu_info
+from eagle2.machine import cpu_info
 from ui.screenshot import free_port, stop_group  # the installed project (pip install -e .)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,7 +33,7 @@ from ..devices import is_cuda
 from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, recalibrate, sampling_from)
-from .machine import cpu_info, describe_cpu
+from ..machine import cpu_info, describe_cpu
 from .prompt_files import read_prompts
 
 BASELINES = ("hf", "hf-pld")  # transformers' generate and its prompt lookup, not tree policies
