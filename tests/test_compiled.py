@@ -186,6 +186,24 @@ def decode(bundle, policy, prompt, **kw):
     return d.generated
 
 
+def test_pruning_removes_only_folders_no_build_here_can_load(tmp_path):
+    """Older formats, another torch, and folders without a record go; other thread counts stay."""
+    import json
+    from eagle2.model.packages import FORMAT, META, prune_stale, write_meta
+    keep, other_threads, old_format, old_torch, unrecorded = (tmp_path / n for n in ("keep", "t2", "v1", "tv", "none"))
+    for d in (keep, other_threads, old_format, old_torch, unrecorded):
+        d.mkdir()
+        (d / "T4.so").write_bytes(b"x" * 1000)
+    write_meta(keep)
+    write_meta(other_threads)
+    meta = json.loads((keep / META).read_text())
+    (old_format / META).write_text(json.dumps({**meta, "format": FORMAT - 1}))
+    (old_torch / META).write_text(json.dumps({**meta, "torch": "2.0.0"}))
+    assert prune_stale(keep) == (3, 3000 + len(json.dumps({**meta, "format": FORMAT - 1}))
+                                 + len(json.dumps({**meta, "torch": "2.0.0"})))
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["keep", "t2"]
+
+
 @pytest.mark.parametrize("policy,kw", [("plain", {}), ("static", {}),
                                        ("eagle2", dict(total_tokens=4, depth=3, top_k=2)),
                                        ("eagle2", dict(total_tokens=12, depth=4, top_k=3))],
@@ -215,11 +233,11 @@ def test_fallbacks(tiny, tmp_path):
 
 
 def test_compile_status_lists_the_packages_on_disk(tiny, monkeypatch, tmp_path):
-    from eagle2.model import compiled
-    monkeypatch.setattr(compiled, "package_dir", lambda model: tmp_path)
+    from eagle2.model import packages
+    monkeypatch.setattr(packages, "package_dir", lambda model: tmp_path)
     (tmp_path / "T4.so").write_bytes(b"x" * 10)
     (tmp_path / "T8.so.123.part").write_bytes(b"half")  # a package still being written is not listed
-    assert compiled.compile_report(tiny.target) == {"folder": str(tmp_path), "packages": {"T4.so": 10}}
+    assert packages.compile_report(tiny.target) == {"folder": str(tmp_path), "packages": {"T4.so": 10}}
 
 
 def test_a_torch_without_the_package_loader_stays_eager(tiny, monkeypatch):
@@ -252,6 +270,89 @@ def test_packages_load_as_the_background_compile_lands_them(tiny, compiled_tiny,
     assert not ct._watcher.is_alive() and ct.worker.poll() == 0
     assert ct.describe().startswith("compiled forward")
     ct.stop()
+
+
+def test_each_size_takes_its_fastest_option_and_runs_are_described():
+    from eagle2.model import routes
+    times = {1: {"eager": 2.0, "T4": 3.0, "T8": 4.0}, 2: {"eager": 3.0, "T4": 3.0, "T8": 4.0},
+             3: {"eager": 5.0, "T4": 3.0, "T8": 4.0}, 4: {"eager": 6.0, "T4": 3.0, "T8": 4.0},
+             5: {"eager": 7.0, "T8": 4.0}, 6: {"eager": 3.9, "T8": 4.0}}
+    chosen = routes.fastest(times)
+    assert chosen == {1: None, 2: None, 3: 4, 4: 4, 5: 8, 6: None}  # a tie goes to eager
+    assert routes.describe(chosen) == "1-2 eager, 3-4 as 4, 5 as 8, 6 eager"
+
+
+@pytest.mark.slow
+def test_each_tree_size_runs_on_the_forward_timed_fastest(tiny, compiled_tiny, monkeypatch):
+    """Once every package is in, every tree size up to the largest bucket is timed eager and
+    through each bucket that holds it; it then runs on the fastest (eager: run() returns None), the
+    table is kept beside the packages for the next start, and describe() says what was chosen."""
+    from eagle2.model import routes
+    folder = compiled_tiny.folder
+    (folder / routes.FILE).unlink(missing_ok=True)
+    real = routes.interleaved_medians
+    taken = []
+
+    def rigged(dev, switches, call, repeats):  # really timed, then eager made the winner at size 2
+        out = real(dev, switches, call, 1)
+        taken.append(dict(out))
+        if len(switches) > 1 and len(taken) in (2, 6):  # target size 2, head size 2
+            out = {k: (0.0 if k == "eager" else 1.0) for k in out}
+        elif len(switches) > 1:
+            out = {k: (1.0 if k == "eager" else 0.0 if k == "T4" else 0.5) for k in out}
+        return out
+
+    monkeypatch.setattr(routes, "interleaved_medians", rigged)
+    lines = []
+    ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=folder)
+    tiny.target.compiled = tiny.head.compiled = ct
+    try:
+        ct.choose_routes, ct.log = True, lines.append
+        ct.poll()
+        # target sizes 1-4: eager, T1 (size 1 only), T4; head sizes 1-4: eager, T4 -- each really timed
+        assert [sorted(t) for t in taken[:4]] == [["T1", "T4", "eager"], ["T4", "eager"], ["T4", "eager"], ["T4", "eager"]]
+        assert all(v > 0 for t in taken for v in t.values())
+        assert ct.target.routes == {1: 4, 2: None, 3: 4, 4: 4} and ct.head_set.routes == {1: 4, 2: None, 3: 4, 4: 4}
+        c = prefilled(tiny)
+        assert ct.run(c, torch.tensor([3, 4]), torch.arange(c.length, c.length + 2), None) is None  # size 2: eager
+        assert ct.run(c, torch.tensor([3]), torch.tensor([c.length]), None) is not None
+        assert "target 1 as 4, 2 eager, 3-4 as 4, above eager; head 1 as 4, 2 eager, 3-4 as 4" in ct.describe()
+        assert lines and "timed each tree size" in lines[0]
+        # kept: the next start on this CPU at this thread count reads it instead of timing again
+        monkeypatch.setattr(routes, "interleaved_medians", lambda *a: pytest.fail("timed again"))
+        again = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=folder)
+        again.choose_routes = True
+        again.poll()
+        assert again.target.routes == ct.target.routes and again.head_set.routes == ct.head_set.routes
+    finally:
+        tiny.target.compiled = tiny.head.compiled = None
+        (folder / routes.FILE).unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_attach_loads_buckets_built_beyond_the_defaults(tiny, compiled_tiny, monkeypatch):
+    from eagle2.model import compiled
+    monkeypatch.setattr(compiled, "package_dir", lambda model: compiled_tiny.folder)
+    try:
+        line = attach(tiny, "auto")  # the defaults are 4 and 8; T1 was built too (compile --buckets 1,4)
+        ct = tiny.target.compiled
+        assert ct.buckets == (1, 4, 8) and sorted(ct.runners) == [1, 4] and ct.missing() == [("target", 8)]
+        assert "`python -m eagle2 compile --threads" in line
+    finally:
+        tiny.target.compiled = tiny.head.compiled = None
+
+
+@pytest.mark.slow
+def test_a_route_tried_in_one_thread_leaves_the_others_alone(tiny, compiled_tiny):
+    import threading
+    ps = compiled_tiny.target
+    seen = []
+    with ps.trying(3, None):
+        assert ps.bucket(3) is None
+        t = threading.Thread(target=lambda: seen.append(ps.bucket(3)))
+        t.start()
+        t.join(timeout=30)
+    assert seen == [4] and ps.bucket(3) == 4
 
 
 @pytest.mark.slow

@@ -102,9 +102,11 @@ class ModelHolder:
             if ct is not None and not ct.complete():  # packages still to land: their t(N) then
                 from eagle2.model.timing import verify_profile
                 ct.on_complete = lambda: verify_profile(b)
-        except (UserError, RuntimeError, OSError) as e:  # an optimisation only: the eager forward serves
+        except Exception as e:  # an optimisation only: the eager forward serves, the log has the traceback
             log.warning("compiled forward unavailable", exc_info=True)
-            self.compile_note = f"eager forward (the compiled one is unavailable: {type(e).__name__}: {e})"
+            b.target.compiled = b.head.compiled = None
+            what = "" if isinstance(e, (UserError, RuntimeError, OSError)) else "unexpected "
+            self.compile_note = f"eager forward (the compiled one is unavailable: {what}{type(e).__name__}: {e})"
 
     def forward_line(self) -> str:
         """Which forward runs now (the compiled packages land one by one while the page serves)."""

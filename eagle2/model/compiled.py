@@ -17,64 +17,28 @@ yet, an EAGLE-3 head, CUDA).
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
+import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from . import routes
 from .exported import build_package
 from .llama import LlamaModel
+from .packages import compile_report, head_prefix, package_dir, unpack, write_meta
 
 BUCKETS = (4, 8)  # target, measured: N = 1-4 run as fast padded to 4 as alone; above 8 the eager path wins
 # draft head, measured: 1-4 nodes take 1.3-2.0 ms against 2.2-3.6 eager; padded to 8 or 16 the
 # compiled head was slower than eager (3.0-8 ms), so larger calls stay eager
 HEAD_BUCKETS = (4,)
-FORMAT = 2  # bump when an exported function's signature changes: old packages are not loaded
-
-
-def fingerprint(module: torch.nn.Module, *extra: torch.Tensor) -> str:
-    """Identifies the weights (a package bakes them in): shapes and a cheap checksum of each."""
-    h = hashlib.sha256()
-    for name, p in [*module.state_dict().items(), *((f"extra{i}", t) for i, t in enumerate(extra))]:
-        h.update(f"{name}{tuple(p.shape)}{p.dtype}{float(p.double().sum()):.10e}".encode())
-    return h.hexdigest()[:16]
-
-
-def package_dir(model: LlamaModel) -> Path:
-    """Where this model's packages live: keyed by the weights, torch, the CPU's vector ISA and the
-    thread count (inductor's GEMM template splits the work for the threads it was built for)."""
-    from .weights import cache_dir
-    cap = torch.backends.cpu.get_cpu_capability()
-    key = f"{fingerprint(model)}|torch {torch.__version__}|{cap}|{torch.get_num_threads()}t|v{FORMAT}"
-    return cache_dir() / "compiled" / hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def head_prefix(head) -> str:
-    """File-name prefix of a head's packages (beside its target's, keyed by the head's weights)."""
-    return f"head-{fingerprint(head, head.lm_weight)}-"
-
-
-def unpack(pt2: Path, so: Path) -> None:
-    """Extract a package's shared library (weights inside) and its custom-op table beside it, then
-    drop the package: loading the .so maps it in ~0.6 s, where loading the .pt2 extracts its 1 GB
-    again at every start (3-9 s, measured)."""
-    with zipfile.ZipFile(pt2) as z:
-        names = z.namelist()
-        lib = next(n for n in names if n.endswith(".wrapper.so"))
-        table = next(n for n in names if n.endswith(".wrapper.json"))
-        for member, dst in ((table, so.with_suffix(".json")), (lib, so)):  # the .so last: it marks completion
-            tmp = dst.with_name(f"{dst.name}.{os.getpid()}.part")
-            with z.open(member) as src, open(tmp, "wb") as out:
-                shutil.copyfileobj(src, out, 1 << 24)
-            os.replace(tmp, dst)
-    pt2.unlink()
+ROUTE_DEFAULT = object()  # a tree size without a measured route: the smallest loaded bucket holding it
 
 
 RUN_SLOTS = 4  # model instances per package: callers that can run one at once (they share the weights)
@@ -109,6 +73,10 @@ class PackageSet:
         self.kind, self.module, self.folder, self.prefix = kind, module, folder, prefix
         self.buckets = tuple(sorted(set(buckets)))
         self.runners: dict[int, object] = {}
+        # tree size -> the bucket that runs it (None: eager), measured on this machine (choose_routes);
+        # until then the smallest loaded bucket that holds it
+        self.routes: dict[int, int | None] = {}
+        self._trying = threading.local()  # a route tried by the measuring thread only
 
     def path(self, T: int) -> Path:
         return self.folder / f"{self.prefix}T{T}.so"
@@ -138,6 +106,8 @@ class PackageSet:
         return error
 
     def build(self, log=None) -> None:
+        if self.missing():
+            write_meta(self.folder)
         for T in self.missing():
             pt2 = self.path(T).with_suffix(".pt2")
             if pt2.exists():  # built before (an older layout, or stopped before unpacking)
@@ -152,7 +122,29 @@ class PackageSet:
                 log(f"compiled the {self.kind} for T={T} in {s:.0f} s -> {self.path(T)}")
 
     def bucket(self, T: int) -> int | None:
-        return next((b for b in self.buckets if b >= T and b in self.runners), None)
+        """The loaded bucket that runs T rows, or None (the eager path)."""
+        b = getattr(self._trying, "route", {}).get(T, self.routes.get(T, ROUTE_DEFAULT))
+        if b is ROUTE_DEFAULT or (b is not None and b not in self.runners):
+            b = next((b for b in self.buckets if b >= T and b in self.runners), None)
+        return b
+
+    def sizes(self) -> range:
+        """The tree sizes a bucket can hold."""
+        return range(1, max(self.buckets) + 1)
+
+    @contextmanager
+    def trying(self, T: int, bucket: int | None):
+        """Run T rows through `bucket` (None: eager) in this thread only (other threads keep the
+        chosen routes: measuring while the page serves changes nobody's forward)."""
+        self.set_trial({T: bucket})
+        try:
+            yield
+        finally:
+            self.set_trial({})
+
+    def set_trial(self, routes: dict[int, int | None]) -> None:
+        """Routes that override the chosen ones in this thread only ({}: none)."""
+        self._trying.route = routes
 
 
 def _pad_rows(B: int, tokens, positions, tree_mask, tree: int = 0, features=None):
@@ -199,6 +191,10 @@ class CompiledTarget:
         # compiled forward's t(N) there, so no visitor's first Step waits for it
         self.on_complete = None
         self.measuring = False
+        # attach() sets it: once every package is in, each tree size gets the fastest forward,
+        # timed here (routes.py); the model's forwards must route through this object by then
+        self.choose_routes = False
+        self.log = None
 
     # the target's buckets (what t(N) tables and the profile key on)
     @property
@@ -227,11 +223,18 @@ class CompiledTarget:
             self._loading = True
             for s in self.sets:
                 self.error = s.load_landed() or self.error
-            if self.complete() and self.on_complete is not None:
+            if self.complete() and (self.on_complete is not None or self.choose_routes):
                 hook, self.on_complete = self.on_complete, None
                 self.measuring = True
                 try:
-                    hook()
+                    if self.choose_routes:
+                        self.choose_routes = False
+                        routes.choose(self, self.log)
+                    if hook is not None:
+                        hook()
+                except Exception as e:  # timing is an optimisation: the packages serve on their default routes
+                    logging.getLogger(__name__).warning("timing the compiled forward failed", exc_info=True)
+                    self.error = f"not timed per tree size: {type(e).__name__}: {e}"
                 finally:
                     self.measuring = False
         finally:
@@ -294,8 +297,8 @@ class CompiledTarget:
         if self._loading and not self.complete():
             return f"eager forward while the compiled one loads ({n} of {total} packages ready)"
         if self.complete():
-            note = "; measuring its verification costs t(N) in the background" if self.measuring else ""
-            return f"compiled forward{head} (AOTInductor, tree sizes {', '.join(map(str, ready))}{note})"
+            note = "; timing it per tree size in the background" if self.measuring else ""
+            return f"compiled forward{head} (AOTInductor, {self.routes_text()}{note})"
         if self.worker is not None and self.worker.poll() is None:
             part = f"; compiled for {', '.join(map(str, ready))}" if ready else ""
             return f"eager forward while compiling in the background ({n} of {total} packages ready{part})"
@@ -303,6 +306,17 @@ class CompiledTarget:
         if ready:
             return f"compiled forward{head} for tree sizes {', '.join(map(str, ready))}, eager above{note}"
         return f"eager forward{note}"
+
+    def routes_text(self) -> str:
+        """Which forward runs each tree size: 'target 1-2 eager, 3-4 as 4, 5-8 as 8, above eager;
+        head 1-4 as 4', or the buckets when not timed yet."""
+        parts = []
+        for s in self.sets:
+            if s.routes:
+                parts.append(f"{s.kind} {routes.describe(s.routes)}, above eager")
+            elif s.runners:
+                parts.append(f"{s.kind} buckets {', '.join(map(str, sorted(s.runners)))}")
+        return "; ".join(parts)
 
     # ------------------------------------------------------------------ the forwards
     @torch.no_grad()
@@ -372,27 +386,31 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     if not hasattr(getattr(torch._C, "_aoti", None), "AOTIModelContainerRunnerCpu"):
         # without the loader every package would look corrupt and be rebuilt at each start
         return f"eager forward (torch {torch.__version__} cannot load compiled packages)"
-    ct = CompiledTarget(t, compilable_head(bundle))
+    folder = package_dir(t)
+    # buckets built beyond the defaults (`compile --buckets 1,4,8`) are loaded and timed too
+    built = {int(f.stem[1:]) for f in folder.glob("T*.so") if f.stem[1:].isdigit()}
+    ct = CompiledTarget(t, compilable_head(bundle), tuple(sorted(set(BUCKETS) | built)), folder=folder)
+    t.compiled = ct  # no package loaded: the eager forward runs until they are
+    if ct.head_set is not None:
+        bundle.head.compiled = ct
+    ct.choose_routes, ct.log = True, log
+    if ct.folder.is_dir() and not (ct.folder / "meta.json").exists():
+        try:
+            write_meta(ct.folder)  # built before folders had a record: keep it from being pruned
+        except OSError:
+            pass
     if mode == "yes":
         ct.build(log)
     else:
         ct.poll()
     if background_argv is not None:
         ct.start_background(background_argv)
-    t.compiled = ct
-    if ct.head_set is not None:
-        bundle.head.compiled = ct
     line = ct.describe()
     if mode == "auto" and background_argv is None and ct.missing():
-        line += " (python -m eagle2 compile builds the rest once, a few minutes)"
+        n = torch.get_num_threads()
+        line += (f" (no compiled packages for {n} thread{'s' * (n > 1)} yet: `python -m eagle2 compile "
+                 f"--threads {n}` builds them once, a few minutes, or --compile yes here)")
     return line
-
-
-def compile_report(model: LlamaModel) -> dict:
-    """What is on disk for this model (for `python -m eagle2 compile --status`)."""
-    folder = package_dir(model)
-    return {"folder": str(folder), "packages": {p.name: p.stat().st_size for p in sorted(folder.glob("*.so"))
-                                                if ".part" not in p.name}}
 
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid: python -m eagle2.model.compiled

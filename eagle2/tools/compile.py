@@ -48,17 +48,22 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.background:
         exit_with_parent()
-    from ..model.compiled import BUCKETS, CompiledTarget, compilable_head, compile_report
+    from ..model.compiled import BUCKETS, CompiledTarget, compilable_head
+    from ..model.packages import compile_report, prune_stale
     buckets = parse_buckets(a.buckets) if a.buckets else BUCKETS
     apply_threads(a)
     from ..model.loading import load_bundle
     from ..errors import check
-    check(str(a.device).startswith("cpu"), "The compiled forward is built for CPU fp32; on CUDA the eager path runs.")
+    from ..devices import is_cuda
+    check(not is_cuda(a.device), "The compiled forward is built for CPU fp32; on CUDA the eager path runs.")
     bundle = load_bundle(a.target, a.head, a.device, pack=False)
     if a.status:
         print(json.dumps(compile_report(bundle.target), indent=1))
         return 0
     ct = CompiledTarget(bundle.target, compilable_head(bundle), buckets)
+    removed, freed = prune_stale(ct.folder)
+    if removed:
+        print(f"removed {removed} package folder(s) of an older format or torch ({freed / 1e9:.1f} GB)", flush=True)
     ct.build(log=lambda s: print(s, flush=True))
     print(ct.describe())
     return 0

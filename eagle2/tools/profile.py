@@ -3,7 +3,8 @@
 Measures memory bandwidth (a large tensor copy, and a read-only sum: the rate a forward can
 stream its weights), the one-token target forward against its floor (weight bytes / read
 bandwidth), verification cost t(N) relative to one token, a draft-head call on k nodes, and with
-the compiled forward attached, t(N) and the draft call eager vs compiled, interleaved.
+the compiled forward attached, t(N) and the draft call eager vs compiled, interleaved, and each
+tree size timed eager and through every bucket that holds it, with the option the engine chose.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..model import routes
 from ..model.llama import Linear
 from ..model.loading import load_bundle
 from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, timer
@@ -153,8 +155,14 @@ def main(argv=None) -> int:
             print("note: no prepacked weights here (not CPU fp32, or --no-pack): nothing to compare")
         else:
             res["packed_vs_plain_s"] = packed_vs_plain(b)
-    if b.target.compiled is not None and b.target.compiled.runners:
+    ct = b.target.compiled
+    if ct is not None and ct.runners:
         res["eager_vs_compiled_s"] = eager_vs_compiled(b)
+        if ct.complete():  # each tree size eager and through every bucket holding it, and the choice
+            res["forward_by_tree_size"] = {
+                "target_s": routes.time_target(ct), "target_chosen": dict(ct.target.routes),
+                **({"head_s": routes.time_head(ct), "head_chosen": dict(ct.head_set.routes)}
+                   if ct.head_set is not None else {})}
     print(json.dumps(res, indent=2))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
