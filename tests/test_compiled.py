@@ -333,8 +333,9 @@ def test_each_tree_size_runs_on_the_forward_timed_fastest(tiny, compiled_tiny, m
 def test_attach_loads_buckets_built_beyond_the_defaults(tiny, compiled_tiny, monkeypatch):
     from eagle2.model import compiled
     monkeypatch.setattr(compiled, "package_dir", lambda model: compiled_tiny.folder)
+    monkeypatch.setattr(compiled, "BUCKETS", (4, 8))
     try:
-        line = attach(tiny, "auto")  # the defaults are 4 and 8; T1 was built too (compile --buckets 1,4)
+        line = attach(tiny, "auto")  # defaults of 4 and 8 here; T1 was built too (compile --buckets 1,4)
         ct = tiny.target.compiled
         assert ct.buckets == (1, 4, 8) and sorted(ct.runners) == [1, 4] and ct.missing() == [("target", 8)]
         assert "`python -m eagle2 compile --threads" in line

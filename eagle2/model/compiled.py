@@ -34,7 +34,10 @@ from .exported import build_package
 from .llama import LlamaModel
 from .packages import compile_report, head_prefix, package_dir, unpack, write_meta
 
-BUCKETS = (4, 8)  # target, measured: N = 1-4 run as fast padded to 4 as alone; above 8 the eager path wins
+# the target's buckets; which one runs each tree size is timed on the machine (routes.py). One row
+# has its own: on a Zen 4 at 1 thread (the app's layout on 2 vCPUs) T1 took 23.5 ms against 38.3 ms
+# padded to T4 and 48 ms eager; at 2 threads 21.1 against 23.2 (benchmarks/forward-routes)
+BUCKETS = (1, 4, 8)
 # draft head, measured: 1-4 nodes take 1.3-2.0 ms against 2.2-3.6 eager; padded to 8 or 16 the
 # compiled head was slower than eager (3.0-8 ms), so larger calls stay eager
 HEAD_BUCKETS = (4,)
