@@ -348,11 +348,14 @@ def test_a_route_tried_in_one_thread_leaves_the_others_alone(tiny, compiled_tiny
     import threading
     ps = compiled_tiny.target
     seen = []
-    with ps.trying(3, None):
+    ps.set_trial({3: None})
+    try:
         assert ps.bucket(3) is None
         t = threading.Thread(target=lambda: seen.append(ps.bucket(3)))
         t.start()
         t.join(timeout=30)
+    finally:
+        ps.set_trial({})
     assert seen == [4] and ps.bucket(3) == 4
 
 

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import threading
 import zipfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -135,18 +134,9 @@ class PackageSet:
         """The tree sizes a bucket can hold."""
         return range(1, max(self.buckets) + 1)
 
-    @contextmanager
-    def trying(self, T: int, bucket: int | None):
-        """Run T rows through `bucket` (None: eager) in this thread only (other threads keep the
-        chosen routes: measuring while the page serves changes nobody's forward)."""
-        self.set_trial({T: bucket})
-        try:
-            yield
-        finally:
-            self.set_trial({})
-
     def set_trial(self, routes: dict[int, int | None]) -> None:
-        """Routes that override the chosen ones in this thread only ({}: none)."""
+        """Routes that override the chosen ones in this thread only ({}: none): other threads keep
+        the chosen routes, so timing while the page serves changes nobody's forward."""
         self._trying.route = routes
 
 
@@ -397,7 +387,7 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     if ct.head_set is not None:
         bundle.head.compiled = ct
     ct.choose_routes, ct.log = True, log
-    if ct.folder.is_dir() and not (ct.folder / "meta.json").exists():
+    if ct.folder.is_dir():
         try:
             write_meta(ct.folder)  # built before folders had a record: keep it from being pruned
         except OSError:
