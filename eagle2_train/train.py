@@ -22,12 +22,14 @@ import torch
 from tqdm import tqdm
 
 from eagle2.errors import UserError
+from eagle2.files import atomic_write
 from eagle2.model.llama import pack_linears
 from eagle2.model.loading import load_target, pick_device
 from eagle2.model.weights import ASSETS, hub_download, resolve_target
 from eagle2.tools.flags import add_model_args, apply_threads
 from eagle2.tools.prompt_files import read_prompts
 
+from . import checkpoint
 from .selfdistill import extract_features, generate_data, load_features
 from .train_heads import KINDS, build_head, cache_for, cache_name, model_card, objective, parse_aux_layers, save
 from .train_loss import Objective, collate, head_loss
@@ -73,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ttt-steps", type=int, default=1,
                     help="training-time test: also train S-1 unrolled passes in which the head reads its own "
                          "outputs, as draft nodes of depth 2..S do (1 = off; S costs about S x)")
+    ap.add_argument("--input-scale", type=int, default=1, choices=(0, 1),
+                    help="eagle3: train fc on aux states scaled to unit RMS per channel (folded into the saved "
+                         "fc.weight; 0 = raw states, as before)")
     ap.add_argument("--ttt-weight", type=float, default=1.0, help="loss weight of each unrolled pass")
+    ap.add_argument("--patience", type=int, default=2,
+                    help="stop when the held-out loss has not improved for this many epochs (0 = run all "
+                         "--epochs); <out>/head is always the best epoch's head")
     ap.add_argument("--seed", type=int, default=0)
     return ap
 
@@ -169,7 +177,8 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
     head, fine_tune = build_head(a, target, train_convs, device, aux_layers)
     lm_full = target.lm_head.weight.detach()
     ref = lm_full if head.draft_ids is None else lm_full[head.draft_ids]  # p: the target's own rows, frozen
-    obj, eval_obj = objective(a, ref), objective(a, ref, evaluation=True)
+    scale = getattr(head, "input_scale", None)
+    obj, eval_obj = objective(a, ref, input_scale=scale), objective(a, ref, evaluation=True, input_scale=scale)
     n_tokens = sum(len(c["ids"]) for c in train_convs)
     params = [p for n, p in head.named_parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -182,16 +191,19 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
     ckpt = out / "checkpoint.pt"
     log = {"epochs": [], "steps_per_epoch": steps_per_epoch}
     start_epoch = 0
-    if ckpt.exists():  # resume: tensors and plain containers only, loaded safely
-        st = torch.load(str(ckpt), map_location=device, weights_only=True)
-        if st.get("kind", "eagle") != a.head_kind:
-            raise UserError(f"{ckpt} resumes an {KINDS[st.get('kind', 'eagle')]} head, not {KINDS[a.head_kind]}: "
-                            f"use another --out or the same --head-kind.")
+    best = {"loss": float("inf"), "epoch": 0, "stale": 0}  # early stopping on the held-out loss
+    if ckpt.exists():  # the resume point: the last finished epoch
+        st = checkpoint.load(ckpt, device, a)
         head.load_state_dict(st["head"], strict=False)
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
+        checkpoint.restore_rngs(st, rng)
+        best = st.get("best", best)
         start_epoch = int(st["epoch"]) + 1
         log = json.loads((out / "train_log.json").read_text())
+        # a kill between writing the log and the checkpoint leaves the log an epoch ahead: cut it back
+        log["epochs"] = [e for e in log["epochs"] if e["epoch"] <= start_epoch]
+        log["step_losses"] = log.get("step_losses", [])[: start_epoch * steps_per_epoch]
         print(f"resuming after epoch {start_epoch}")
     held_top1 = full_argmax(held_convs, lm_full, device, a.batch_tokens)
     eval_steps = max(2, a.ttt_steps)
@@ -201,22 +213,32 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
                                                                          held_top1, eval_obj, eval_steps),
                               "wall_s": 0.0})
         print(json.dumps(log["epochs"][-1]))
-        (out / "train_log.json").write_text(json.dumps(log, indent=2))  # --epochs 0 evaluates a head and stops
+        atomic_write(out / "train_log.json", json.dumps(log, indent=2))  # --epochs 0 evaluates a head and stops
     t_start = time.time() - (log["epochs"][-1]["wall_s"] if log["epochs"] else 0.0)  # resumed runs keep counting
     for epoch in range(start_epoch, a.epochs):
+        if a.patience and best["stale"] >= a.patience:
+            break  # a resumed run that had already stopped
         run_loss, run_agree, losses = train_epoch(a, head, train_convs, device, opt, sched, params, rng,
                                                   steps_per_epoch, epoch, obj)
-        log.setdefault("step_losses", []).extend(losses)
         head.eval()
         rec = {"epoch": epoch + 1, "train_loss": run_loss, "train_top1": run_agree,
                **evaluate(head, held_convs, device, a.batch_tokens, held_top1, eval_obj, eval_steps),
                "wall_s": time.time() - t_start}
+        improved = rec["heldout_loss"] < best["loss"]
+        best = ({"loss": rec["heldout_loss"], "epoch": epoch + 1, "stale": 0} if improved
+                else {**best, "stale": best["stale"] + 1})
+        rec["best_epoch"] = best["epoch"]
         log["epochs"].append(rec)
+        log.setdefault("step_losses", []).extend(losses)
         print(json.dumps(rec))
-        (out / "train_log.json").write_text(json.dumps(log, indent=2))
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    "epoch": epoch, "kind": a.head_kind}, str(ckpt))
-        save(a, head, out / "head", model_card(a, head, log, len(train_convs), n_tokens))
+        if improved:  # <out>/head is the best epoch's head (held-out loss), not merely the last
+            save(a, head, out / "head", model_card(a, head, log, len(train_convs), n_tokens))
+        # the log, then the checkpoint: a kill between them redoes this epoch (the log is cut back)
+        atomic_write(out / "train_log.json", json.dumps(log, indent=2))
+        checkpoint.save(ckpt, head=head, opt=opt, sched=sched, epoch=epoch, rng=rng, a=a, best=best)
+        if a.patience and best["stale"] >= a.patience:
+            print(f"held-out loss has not improved for {a.patience} epochs: stopping (best epoch {best['epoch']})")
+            break
     return log
 
 
@@ -228,6 +250,8 @@ def main(argv=None) -> int:
         raise UserError(f"--epochs must be >= 0 (0 with --init evaluates that head; got {a.epochs}).")
     if a.epochs == 0 and a.init in ("random", "last-layer"):
         raise UserError("--epochs 0 evaluates the head folder given with --init; without one there is nothing to do.")
+    if a.patience < 0:
+        raise UserError(f"--patience must be >= 0 (got {a.patience}).")
     if a.ttt_weight < 0:
         raise UserError(f"--ttt-weight must be >= 0 (got {a.ttt_weight}).")
     if a.aux_layers is not None and a.head_kind != "eagle3":
@@ -262,7 +286,8 @@ def main(argv=None) -> int:
     if stages & {"data", "features"}:
         pack_linears(target)  # CPU fp32: oneDNN-packed weights, ~1.6x faster batched matmuls (a no-op elsewhere)
     if "data" in stages:
-        for split, prompts, vs in (("train", train_prompts, variants), ("heldout", held_prompts, [VARIANTS["greedy"]])):
+        # the held-out answers first: small, and what every head is judged on while the rest runs
+        for split, prompts, vs in (("heldout", held_prompts, [VARIANTS["greedy"]]), ("train", train_prompts, variants)):
             rate = generate_data(target, tok, prompts, out / f"data_{split}.jsonl", vs, a.max_new_tokens, a.gen_batch)
             if rate["tokens"]:
                 print(f"self-distillation ({split}): {rate['tokens']} tokens in {rate['seconds']:.0f} s = "
