@@ -45,10 +45,11 @@ def parse_aux_layers(spec: str | None, n_layers: int) -> tuple[int, ...]:
     return tuple(sorted(layers))
 
 
-def objective(a, ref_rows: torch.Tensor, evaluation: bool = False) -> Objective:
+def objective(a, ref_rows: torch.Tensor, evaluation: bool = False, input_scale=None) -> Objective:
     """The loss of --head-kind. Held-out losses use the kind's fixed weights (comparable across runs)."""
     if a.head_kind == "eagle3":  # tokens only, no feature noise (EAGLE-3)
-        return Objective(ref_rows, inputs="aux", reg_weight=0.0, ce_weight=1.0, ttt_weight=a.ttt_weight)
+        return Objective(ref_rows, inputs="aux", reg_weight=0.0, ce_weight=1.0, ttt_weight=a.ttt_weight,
+                         input_scale=input_scale)
     return Objective(ref_rows, inputs="feat", reg_weight=1.0, ce_weight=0.1 if evaluation else a.ce_weight,
                      noise=0.0 if evaluation else a.noise, ttt_weight=a.ttt_weight)
 
@@ -121,7 +122,32 @@ def build_head(a, target, train_convs, device, aux_layers=()) -> tuple[torch.nn.
     head.attach(target.lm_head.weight.detach())
     if eagle3:
         head.trainable_lm_head(head.lm_weight if own_lm is None else own_lm.to(device, head.fc.weight.dtype))
+        if a.input_scale:
+            scale_fc_inputs(head, train_convs, fresh=not fine_tune)
     return head, fine_tune
+
+
+@torch.no_grad()
+def input_rms(convs: list[dict], sample: int = 64) -> torch.Tensor:
+    """Per-channel root mean square of the aux states over (up to) `sample` conversations spread
+    over the data (deterministic)."""
+    step = max(1, len(convs) // sample)
+    return torch.cat([c["aux"].float() for c in convs[::step][:sample]]).pow(2).mean(0).sqrt()
+
+
+@torch.no_grad()
+def scale_fc_inputs(head, convs: list[dict], fresh: bool) -> None:
+    """Train EAGLE-3's fc on inputs of unit scale. The residual stream of SmolLM2 carries a few
+    "attention sink" channels near 2e4 beside channels near 1: Adam moves every weight by about
+    the learning rate per step, so the weights reading those channels swing the fused state by
+    hundreds (the cross-entropy starts near 25, ln 8192 being 9). Training reads a * scale
+    (scale = 1 / the channel's RMS, fixed; head_loss applies it) and `save` stores
+    fc.weight * scale, the official layout's weight for raw states. A fine-tuned fc starts as
+    weight / scale, the same function."""
+    rms = input_rms(convs).to(head.fc.weight.device, head.fc.weight.dtype)
+    head.input_scale = 1.0 / rms.clamp(min=1e-2)
+    if not fresh:
+        head.fc.weight.div_(head.input_scale)
 
 
 def model_card(a, head, log: dict, n_convs: int, n_tokens: int) -> str:
@@ -151,4 +177,14 @@ def model_card(a, head, log: dict, n_convs: int, n_tokens: int) -> str:
 
 
 def save(a, head, folder: Path, card: str) -> None:
-    (save_head3 if a.head_kind == "eagle3" else save_head)(head, folder, card)
+    scale = getattr(head, "input_scale", None)
+    if scale is None:
+        (save_head3 if a.head_kind == "eagle3" else save_head)(head, folder, card)
+        return
+    with torch.no_grad():  # store the weight for raw states, then put the trained one back bit for bit
+        trained = head.fc.weight.detach().clone()
+        head.fc.weight.mul_(scale)
+        try:
+            save_head3(head, folder, card)
+        finally:
+            head.fc.weight.copy_(trained)

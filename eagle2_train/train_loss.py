@@ -18,6 +18,7 @@ class Objective:
     ce_weight: float = 0.1
     noise: float = 0.0  # uniform input-feature noise half-width (training only)
     ttt_weight: float = 1.0  # weight of each unrolled pass
+    input_scale: torch.Tensor | None = None  # per-channel factor on what the head reads (EAGLE-3's aux states)
 
 
 def collate(batch: list[dict], device, inputs: str = "feat"):
@@ -45,6 +46,8 @@ def head_loss(head, fin, tok, fout, m, obj: Objective, train=True, top1_target=N
     number of loss positions `n` and `top1_step{s}` for each unrolled pass. Agreement is against
     `top1_target` (full-vocabulary argmax, given for evaluation) or, in training, the target's
     argmax within the draft vocabulary."""
+    if obj.input_scale is not None:
+        fin = fin * obj.input_scale
     if train and obj.noise > 0:
         fin = fin + (torch.rand_like(fin) * 2 - 1) * obj.noise
     g = head.forward_train(fin, tok)

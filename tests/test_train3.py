@@ -64,7 +64,7 @@ def run(target, tmp_path_factory):
     write_data(out / "data_train.jsonl", 24, seed=1)
     write_data(out / "data_heldout.jsonl", 6, seed=2, start=1000)
     assert cli(target[0], out, "--stages", "features,train", "--epochs", 6, "--batch-tokens", 256,
-               "--draft-vocab", 48, "--lr", 3e-3, "--ttt-steps", 2) == 0
+               "--draft-vocab", 48, "--lr", 3e-3, "--ttt-steps", 2, "--patience", 0) == 0
     return out
 
 
@@ -160,7 +160,8 @@ def test_training_lowers_the_loss_and_saves_the_official_layout(run, target):
     assert (st["lm_head.weight"].float() - tgt.lm_head.weight[ids]).abs().max() > 1e-3  # the LM head trained
     assert "EAGLE-3 draft head" in (head_dir / "README.md").read_text()
     # resuming a finished run is a no-op that keeps the log
-    assert cli(target[0], run, "--stages", "train", "--epochs", 6, "--batch-tokens", 256, "--draft-vocab", 48) == 0
+    assert cli(target[0], run, "--stages", "train", "--epochs", 6, "--batch-tokens", 256, "--draft-vocab", 48,
+               "--lr", 3e-3, "--ttt-steps", 2, "--patience", 0) == 0
     assert len(json.loads((run / "train_log.json").read_text())["epochs"]) == 6
 
 
@@ -186,7 +187,9 @@ def test_init_fine_tunes_an_eagle3_folder(run, target, tmp_path):
     assert cli(target[0], out, "--features", run, "--stages", "train", "--init", run / "head", "--epochs", 2,
                "--batch-tokens", 256, "--lr", 1e-3, "--ttt-steps", 3) == 0
     log = json.loads((out / "train_log.json").read_text())
-    start, before = log["epochs"][0], json.loads((run / "train_log.json").read_text())["epochs"][-1]
+    # head/ holds the best epoch's head (held-out loss)
+    before = min(json.loads((run / "train_log.json").read_text())["epochs"], key=lambda e: e["heldout_loss"])
+    start = log["epochs"][0]
     assert start["epoch"] == 0 and abs(start["heldout_loss"] - before["heldout_loss"]) < 2e-2  # that head, in fp16
     assert "heldout_top1_step3" in log["epochs"][-1]
     tuned = load_file(str(out / "head" / "model.safetensors"))
@@ -240,3 +243,25 @@ def test_init_of_the_other_kind_is_a_user_error(run, target, tmp_path):
         cli(target[0], tmp_path / "o5", "--stages", "features", "--aux-layers", "3,3,9")
     with pytest.raises(UserError, match="No train feature cache for --head-kind eagle3"):
         cli(target[0], tmp_path / "o6", "--stages", "train")
+
+
+def test_input_scale_trains_on_unit_states_and_saves_the_raw_state_weight(target, tmp_path):
+    """The aux states' huge channels are scaled away for training; the saved fc reads raw states."""
+    from eagle2_train.train_heads import save, scale_fc_inputs
+    tgt = load_target(target[0], torch.device("cpu"), torch.float32)
+    head = rand_head3(tgt.args, seed=3)
+    head.attach(tgt.lm_head.weight.detach())
+    convs = [{"aux": torch.randn(12, 3 * H) * torch.where(torch.arange(3 * H) == 5, 2e4, 1.0)} for _ in range(4)]
+    scale_fc_inputs(head, convs, fresh=True)
+    assert head.input_scale[5] < 1e-3 and 0.5 < float(head.input_scale[0]) < 2.0
+    trained = head.fc.weight.detach().clone()
+    a = build_parser().parse_args(["--out", str(tmp_path), "--head-kind", "eagle3"])
+    save(a, head, tmp_path / "head", "card")
+    assert torch.equal(head.fc.weight, trained)  # the trained weight is back, bit for bit
+    saved = load_file(str(tmp_path / "head" / "model.safetensors"))["fc.weight"].float()
+    x = convs[0]["aux"]
+    assert torch.allclose(x @ saved.T, (x * head.input_scale) @ trained.T, rtol=2e-2, atol=2e-2)
+    fine = rand_head3(tgt.args, seed=3)  # a fine-tune starts from the same function
+    fine.fc.weight.data.copy_(saved)
+    scale_fc_inputs(fine, convs, fresh=False)
+    assert torch.allclose((x * fine.input_scale) @ fine.fc.weight.T, x @ saved.T, rtol=1e-4, atol=1e-3)
