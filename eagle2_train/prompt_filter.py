@@ -56,6 +56,31 @@ _STOPWORDS = set("""the a an and or of to in on for with is are was were be been
 i you we they he she his her our their them us what how why which who when where can could would should will do does
 did not no have has at by from as about into if so but please me all any some more most each every other such than
 then also only just now very up out over after before there here one two first new""".split())
+# a request pointing at material it does not carry ("Which of these books ...?", "Summarise the text
+# below." with no text): the answer can only be made up. Looked for in the first line only.
+_POINTS_AT = re.compile(r"\b(?:th(?:is|ese) (?:\w+ )?(?:text|passage|paragraph|article|code|list|table|sentences?|"
+                        r"messages?|email|essay|poem|story|data|script|program|document|snippet|reviews?|notes?|letter|"
+                        r"statements?|items|words|paragraphs|books|numbers|equation|quote|post)|the following"
+                        r"(?: \w+)?(?=\s*(?:[:?.]|$))|the following (?:text|passage|paragraph|article|code|list|table|"
+                        r"sentences?|messages?|email|essay|poem|story|data|items|words|statements)|(?:text|code|list|"
+                        r"passage|paragraph|data) below|(?:text|code|passage) above|attached)\b", re.I)
+_QUOTED = re.compile(r"[\"\u201c`][^\"\u201d`]{15,}[\"\u201d`]|'[^']{15,}'")
+# a request that states its own answer ("What is 25% of 60? The answer is: 60."): the model wrote a
+# quiz item, not a question someone would ask
+_ANSWERS_ITSELF = re.compile(r"\b(?:the answer is|answer:|solution:|the correct answer)", re.I)
+
+
+def missing_material(text: str) -> bool:
+    """True when the first line points at a text, list or code that the request does not include:
+    nothing quoted, and fewer than five words (or three code brackets) after the pointing sentence."""
+    m = _POINTS_AT.search(text.split("\n", 1)[0])
+    if not m or _QUOTED.search(text):
+        return False
+    after = text[m.end():]
+    cut = re.search(r"[?:.\n]", after)
+    return not (cut and len(after[cut.end():].split()) >= 5) and len(re.findall(r"[()\[\]{}=]", after)) < 3
+
+
 _CONTENT = ((_JAILBREAK, "jailbreak"), (_ASSISTANT_VOICE, "assistant_voice"), (_ANSWER_START, "answer_not_request"),
             (_FOREIGN_REPLY, "foreign_reply"), (_META, "meta_copy"))
 
@@ -106,6 +131,10 @@ def reject_reason(text: str, min_words: int = 4, max_words: int = 250, max_chars
     grams = Counter(zip(lw, lw[1:], lw[2:], lw[3:]))
     if grams and max(grams.values()) >= 3 or (len(lw) >= 20 and len(set(lw)) < 0.35 * len(lw)):
         return "repetitive"
+    if missing_material(text):
+        return "missing_material"
+    if _ANSWERS_ITSELF.search(text):
+        return "answers_itself"
     # the verb may open the text or follow a short lead-in ("From the text below, list ...")
     lead = {w.strip(",:;") for w in head[:1] + [head[i + 1] for i, w in enumerate(head[:8])
                                                  if w.endswith(",") and i + 1 < len(head)]}

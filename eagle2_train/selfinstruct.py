@@ -103,13 +103,13 @@ def shot_texts() -> list[str]:
     return [t for spec in TASKS.values() for _, _, t in spec["shots"]]
 
 
-def replay(log: Path, settings: dict) -> tuple[set[int], list[dict], Counter]:
-    """Finished blocks, kept rows (in order) and verdict counts from a previous run's log. The
-    records of a block that was not finished (an interrupted run) are dropped from the log: that
-    block is redone."""
+def replay(log: Path, settings: dict) -> tuple[set[int], list[dict], Counter, int]:
+    """Finished blocks, kept rows (in order), verdict counts and the last id given, from a previous
+    run's log. The records of a block that was not finished (an interrupted run) are dropped from
+    the log: that block is redone."""
     if not log.exists():
-        return set(), [], Counter()
-    done, pending, rows, verdicts = set(), {}, [], Counter()
+        return set(), [], Counter(), 0
+    done, pending, rows, verdicts, last_id = set(), {}, [], Counter(), 0
     lines = log.read_text(encoding="utf-8").split("\n")
     good = []
     for n, line in enumerate(lines[:-1]):  # a last piece without "\n" is a half-written line
@@ -127,14 +127,17 @@ def replay(log: Path, settings: dict) -> tuple[set[int], list[dict], Counter]:
         else:  # a block's end marker
             done.add(rec["block"])
             for j, jline in pending.pop(rec["block"], []):
-                verdicts[j["verdict"]] += 1
-                if j["verdict"] == "kept":
+                # a prompt kept under an older, looser filter is judged again by today's
+                verdict = j["verdict"] if j["verdict"] != "kept" else reject_reason(j["text"], MIN_WORDS) or "kept"
+                verdicts[verdict] += 1
+                if verdict == "kept":
                     rows.append({"question_id": j["id"], "category": j["category"], "turns": [j["text"]]})
+                last_id = max(last_id, j.get("id", 0))
                 good.append(jline)
             good.append(line)
     if len(good) != len(lines) - 1 or lines[-1]:
         log.write_text("".join(g + "\n" for g in good), encoding="utf-8")
-    return done, rows, verdicts
+    return done, rows, verdicts, last_id
 
 
 def generate(model, tok, out: Path, n: int, seed: int = 0, batch: int = 32, temperature: float = 0.9,
@@ -149,7 +152,8 @@ def generate(model, tok, out: Path, n: int, seed: int = 0, batch: int = 32, temp
     log_path = out.with_name(out.name + ".log")
     settings = {"seed": seed, "batch": batch, "temperature": temperature, "top_p": top_p, "first_id": first_id,
                 "free": free, "max_new": list(max_new), "exclude": [Path(p).name for p in exclude]}
-    done, rows, verdicts = replay(log_path, settings)
+    done, rows, verdicts, last_id = replay(log_path, settings)
+    next_id = max(first_id, last_id + 1)  # ids stay unique when a stricter filter drops logged prompts
     dedup = new_deduper(exclude, extra_protected=shot_texts())
     for r in rows:
         dedup.add(r["turns"][0])
@@ -185,7 +189,8 @@ def generate(model, tok, out: Path, n: int, seed: int = 0, batch: int = 32, temp
                    "opener": j["opener"], "category": j["category"], "text": text, "verdict": verdict}
             if verdict == "kept":
                 dedup.add(text)
-                rec["id"] = first_id + len(rows)
+                rec["id"] = next_id
+                next_id += 1
                 rows.append({"question_id": rec["id"], "category": j["category"], "turns": [text]})
             verdicts[verdict] += 1
             recs.append(json.dumps(rec, ensure_ascii=False))

@@ -46,6 +46,16 @@ def test_clean_strips_wrappers_and_normalises():
     ("Write a Python function that merges two sorted lists.", None),
     ("You are a lighthouse keeper during a storm. Describe the night.", None),
     ("My printer keeps jamming, any tips to fix it", None),
+    # stricter: requests that point at material they do not carry, or state their own answer
+    ("Which of these books suit your tastes?", "missing_material"),
+    ("Can you give me a short summary of this product review in one sentence?", "missing_material"),
+    ("Generate ten questions based on the following content:", "missing_material"),
+    ("Please help with this problem: What is 25% of 60? The answer is: 60.", "answers_itself"),
+    ("What is the main point of this text? 'Short breaks during work can improve focus a lot.'", None),
+    ("Summarize this in one sentence:\nAlice had always wanted to sail. One morning she bought a boat.", None),
+    ("What does this Python code print? print([x * 2 for x in range(4)])", None),
+    ("Is the following argument valid? All cats are animals. Rex is an animal. So Rex is a cat.", None),
+    ("Plan a trip for me this weekend and the following week, please.", None),
 ])
 def test_filters(text, reason):
     assert reject_reason(text) == reason
@@ -141,6 +151,24 @@ def test_selfinstruct_is_deterministic_and_resumes(tiny, tmp_path, monkeypatch):
     assert _run(tiny, a, 8, monkeypatch)["generated"] == 8 and a.read_text() == before
     with pytest.raises(UserError, match="other settings"):
         _run(tiny, a, 8, monkeypatch, seed=5)
+
+
+def test_a_stricter_filter_rejudges_logged_prompts_and_keeps_ids_unique(tiny, tmp_path, monkeypatch):
+    """Prompts kept under an older filter are judged again when the log is replayed; the next ids
+    continue after the last one given, so no id is reused."""
+    out = tmp_path / "s.jsonl"
+    _run(tiny, out, 8, monkeypatch)
+    first = read_prompts(out)
+    assert len(first) >= 2
+    dropped = first[0]["turns"][0]
+    monkeypatch.setattr(selfinstruct, "reject_reason",
+                        lambda text, min_words=4: "missing_material" if text == dropped else None)
+    st = selfinstruct.generate(tiny[0], tiny[1], out, 12, batch=4, first_id=700001, max_new=(6, 8),
+                               exclude=[P / "train.jsonl"], log=lambda s: None)
+    rows = read_prompts(out)
+    assert st["verdicts"]["missing_material"] >= 1 and dropped not in [q["turns"][0] for q in rows]
+    ids = [q["question_id"] for q in rows]
+    assert len(set(ids)) == len(ids) and min(ids[len(first) - 1:], default=0) > max(q["question_id"] for q in first)
 
 
 def _fixture_wheel(path: Path) -> Path:
