@@ -1,11 +1,12 @@
-"""The side-by-side head comparison table (benchmarks/head-compare/README.md) from the runs that
-measured it, so no figure is copied by hand.
+"""The head comparison table, built from the runs that measured it (no figure copied by hand).
 
-    python scripts/head_table.py LABEL=EVAL_DIR,BENCH_DIR [LABEL=EVAL_DIR,BENCH_DIR ...]
+    python scripts/head_table.py LABEL=EVAL,TAU[,BENCH] [LABEL=EVAL,TAU[,BENCH] ...]
 
-EVAL_DIR: the train_log.json, or the folder, of a `python -m eagle2 train --stages train --init HEAD --epochs 0 --ttt-steps 3` folder
-(its train_log.json: held-out agreement at depths 1-3 on one feature cache); BENCH_DIR: a
-`python -m eagle2 bench --head HEAD --policies plain,static,eagle2-auto --sweep ...` folder.
+EVAL: a train_log.json (or its folder) from `python -m eagle2 train --stages train --init HEAD
+--epochs 0 --ttt-steps 3` (held-out agreement at depths 1-3; its last record is read); TAU: a
+`python -m eagle2 tau --head HEAD --out DIR` folder (tau over every held-out prompt, greedy);
+BENCH (optional): a `python -m eagle2 bench --head HEAD --policies plain@eager,eagle2-auto,...`
+folder, for the speedup of eagle2-auto over plain@eager measured in that run.
 """
 from __future__ import annotations
 
@@ -13,37 +14,49 @@ import json
 import sys
 from pathlib import Path
 
-SWEEP = "eagle2[N={n},d=5,k=10]"
+DYN, SMALL, STATIC = "eagle2 (60,5,10)", "eagle2 (16,5,10)", "static"
+COLUMNS = ["head", "top-1", "depth 2", "depth 3", "tau (60,5,10)", "tau (16,5,10)", "tau static", "dynamic / static",
+           "tau (60,5,10) coding / math", "eagle2-auto vs plain@eager"]
 
 
 def last_eval(path: Path) -> dict:
-    """The last record of a train_log.json (or of the one in a run folder)."""
     log = path / "train_log.json" if path.is_dir() else path
     return json.loads(log.read_text())["epochs"][-1]
 
 
-def row(label: str, ev: dict, bench: dict) -> list[str]:
-    pol = bench["policies"]
-    tau = {k: v["tau"] for k, v in pol.items()}
-    cat = bench["by_category"]
-    n60 = SWEEP.format(n=60)
+def speedup(bench_dir: Path | None) -> str:
+    if bench_dir is None:
+        return "-"
+    pol = json.loads((bench_dir / "summary.json").read_text())["policies"]
+    if "eagle2-auto" not in pol or "plain@eager" not in pol:
+        return "-"
+    return f"{pol['eagle2-auto']['tokens_per_s'] / pol['plain@eager']['tokens_per_s']:.2f}x"
+
+
+def row(label: str, ev: dict, tau: dict, bench_dir: Path | None) -> list[str]:
+    t = tau["trees"]
+    if not tau.get("identical", False):
+        raise SystemExit(f"{label}: the tau run's trees disagreed ({tau.get('mismatches')}); fix that first.")
+    cat = t[DYN]["by_category"]
+    fmt = lambda k: f"{t[k]['tau']:.2f}" if k in t else "-"  # noqa: E731
     return [label, f"{ev['heldout_top1']:.3f}", f"{ev.get('heldout_top1_step2', float('nan')):.3f}",
-            f"{ev.get('heldout_top1_step3', float('nan')):.3f}", f"{tau[n60]:.2f}", f"{tau[SWEEP.format(n=16)]:.2f}",
-            f"{tau['static']:.2f}", f"{tau[n60] / tau['static']:.2f}x", f"{tau['eagle2-auto']:.2f}",
-            f"{pol['eagle2-auto']['speedup']:.2f}x", f"{pol['static']['speedup']:.2f}x",
-            f"{cat['coding'][n60]['tau']:.2f} / {cat['math'][n60]['tau']:.2f}"]
+            f"{ev.get('heldout_top1_step3', float('nan')):.3f}", fmt(DYN), fmt(SMALL), fmt(STATIC),
+            f"{t[DYN]['tau'] / t[STATIC]['tau']:.2f}x" if STATIC in t else "-",
+            f"{cat.get('coding', float('nan')):.2f} / {cat.get('math', float('nan')):.2f}", speedup(bench_dir)]
 
 
 def main(argv: list[str]) -> int:
-    head = ["head", "top-1", "depth 2", "depth 3", "tau (60,5,10)", "tau (16,5,10)", "tau static",
-            "dynamic / static", "tau auto", "auto speedup", "static speedup", "tau (60,5,10) coding / math"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + " --- |" * len(head))
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + " --- |" * len(COLUMNS))
     for spec in argv:
         label, dirs = spec.split("=", 1)
-        ev_dir, bench_dir = (Path(p) for p in dirs.split(","))
-        bench = json.loads((bench_dir / "summary.json").read_text())
-        print("| " + " | ".join(row(label, last_eval(ev_dir), bench)) + " |")
+        parts = [Path(p) for p in dirs.split(",")]
+        ev_path, tau_dir, bench_dir = parts[0], parts[1], parts[2] if len(parts) > 2 else None
+        tau = json.loads((tau_dir / "tau.json").read_text())
+        print("| " + " | ".join(row(label, last_eval(ev_path), tau, bench_dir)) + " |")
     return 0
 
 

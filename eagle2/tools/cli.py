@@ -1,4 +1,4 @@
-"""`python -m eagle2 generate|fetch|bench|train|profile|compile|prompts ...`: the command-line entry points.
+"""`python -m eagle2 generate|fetch|bench|tau|train|profile|compile|prompts ...`: the command-line entry points.
 
 A UserError (bad input, missing weights) prints one clear line on stderr and exits 2, never a
 traceback.
@@ -15,7 +15,7 @@ from ..policies.registry import default_policy
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, recalibrate, sampling_from)
 
-TOOLS = ("bench", "train", "profile", "compile", "prompts")  # sub-commands with parsers of their own
+TOOLS = ("bench", "tau", "train", "profile", "compile", "prompts")  # sub-commands with parsers of their own
 
 
 def run_tool(name: str, argv: list[str]) -> int:
@@ -23,6 +23,8 @@ def run_tool(name: str, argv: list[str]) -> int:
     training package beside the runtime (eagle2_train), which the page never imports."""
     if name == "bench":
         from .bench import main
+    elif name == "tau":
+        from .tau import main
     elif name == "profile":
         from .profile import main
     elif name == "compile":

@@ -1,0 +1,79 @@
+"""The draft-head recipe, end to end, from the repository alone: every step resumes where it
+stopped (each command skips finished work), so the same command continues after a kill or on a
+machine whose ~/.cache was wiped (then the data and features are regenerated, deterministically).
+
+    python scripts/head_recipe.py                  # run (or continue) every step
+    python scripts/head_recipe.py --steps data     # some steps only (comma list)
+    python scripts/head_recipe.py --dry-run        # print the commands
+
+Steps: prompts (the self-instruct blocks up to 8,000 jobs), data (the target's greedy answers to
+every assets/prompts/train*.jsonl prompt, and to the 60 held-out ones), features (one target pass
+writing the EAGLE-3 cache, which also holds the final features the EAGLE-1/2 head reads), e3 and
+e12 (the two kinds, from random init on the same data, stopped by held-out loss), eval (held-out
+agreement at depths 1-3 of each head and of the shipped one), tau (tau over the 60 held-out
+prompts), table (scripts/head_table.py).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = "assets/heads/smollm2-135m"
+TRAIN = ["--stages", "train", "--ttt-steps", "3", "--epochs", "12", "--patience", "2", "--batch-tokens", "2048",
+         "--draft-vocab", "8192"]
+
+
+def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
+    py = [sys.executable, "-m", "eagle2"]
+    t = ["--threads", threads]
+    heads = {"e3": (run.with_name(run.name + "-e3") / "head", "eagle3"),
+             "e12": (run.with_name(run.name + "-e12") / "head", "eagle"), "shipped": (Path(SHIPPED), "eagle")}
+    return {
+        "prompts": [py + ["prompts", "--n", "8000", "--batch", "64", *t]],
+        "data": [py + ["train", "--out", str(run), "--stages", "data", "--variants", "greedy", "--max-new-tokens", "192",
+                       "--gen-batch", "48", *t]],
+        "features": [py + ["train", "--out", str(run), "--stages", "features", "--head-kind", "eagle3", *t]],
+        "e3": [py + ["train", "--out", str(heads["e3"][0].parent), "--features", str(run), "--head-kind", "eagle3",
+                     "--lr", "1e-3", *TRAIN, *t]],
+        "e12": [py + ["train", "--out", str(heads["e12"][0].parent), "--features", str(run), "--lr", "1e-3", *TRAIN,
+                      *t]],
+        "eval": [py + ["train", "--out", str(run.with_name(f"{run.name}-eval-{k}")), "--features", str(run),
+                       "--stages", "train", "--head-kind", kind, "--init", str(h), "--epochs", "0", "--ttt-steps", "3",
+                       *t] for k, (h, kind) in heads.items()],
+        "tau": [py + ["tau", "--head", str(h), "--out", str(out / f"tau-{k}"), *t] for k, (h, _) in heads.items()],
+        "table": [[sys.executable, str(REPO / "scripts" / "head_table.py"),
+                   *(f"{k}={run.with_name(f'{run.name}-eval-{k}')},{out / f'tau-{k}'}" for k in heads)]],
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", default=str(Path.home() / ".cache" / "eagle2" / "runs" / "head-r3"),
+                    help="data and feature folder; the heads and evaluations go beside it")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "head-r3"), help="where tau results are written")
+    ap.add_argument("--steps", default=None, help="comma list (default: all, in order)")
+    ap.add_argument("--threads", default="2")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args(argv)
+    plan = steps(Path(a.run).expanduser(), Path(a.out), a.threads)
+    chosen = list(plan) if a.steps is None else [s.strip() for s in a.steps.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in plan]
+    if unknown:
+        print(f"unknown step(s) {unknown}; known: {', '.join(plan)}", file=sys.stderr)
+        return 2
+    for name in chosen:
+        for cmd in plan[name]:
+            print(f"[{name}] {shlex.join(cmd)}", flush=True)
+            if not a.dry_run and subprocess.run(cmd, cwd=REPO).returncode != 0:
+                print(f"step {name} failed; fix it and run the same command again (finished work is kept)",
+                      file=sys.stderr)
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
