@@ -442,3 +442,57 @@ def test_compile_cli_rejects_bad_input(args, msg, capsys):
     assert cli_main(["compile", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and msg in err and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def eagle3_tiny(tiny_target, tmp_path_factory):
+    """A 4-layer tiny target with a random EAGLE-3 head reading layers 1, 2 and 4 (4 = the last
+    layer's output), and its compiled target packages for 1 and 4 rows (they return those states)."""
+    from eagle2.model.head3 import Eagle3Head, save_head3
+    from eagle2.model.loading import load_target
+    folder, _ = tiny_target("llama4", layers=4)
+    tgt = load_target(folder, torch.device("cpu"), torch.float32)
+    torch.manual_seed(5)
+    head = Eagle3Head(tgt.args, (1, 2, 4))
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn(p.shape) if "norm" in name else 0.1 * torch.randn(p.shape))
+    head.attach(tgt.lm_head.weight.detach())
+    hdir = tmp_path_factory.mktemp("e3head")
+    save_head3(head, hdir, dtype=torch.float32)
+    b = load_bundle(str(folder), str(hdir))
+    assert b.target.aux_layers == (1, 2, 4) and compilable_head(b) is None  # the EAGLE-3 head runs eager
+    ct = CompiledTarget(b.target, None, buckets=(1, 4), folder=tmp_path_factory.mktemp("aoti3"))
+    ct.build()
+    yield b, ct
+    b.target.compiled = None
+
+
+@pytest.mark.slow
+def test_eagle3_target_packages_return_the_aux_states_and_decode_exactly(eagle3_tiny):
+    """An EAGLE-3 head's target on the compiled path: the packages give the states entering the aux
+    layers (as forward_draft does) with the logits, and greedy decoding through them emits the
+    eager plain decoder's tokens."""
+    b, ct = eagle3_tiny
+    m = b.target
+    g = torch.Generator().manual_seed(4)
+    for T in (1, 3, 4):
+        toks = torch.randint(0, m.args.vocab_size, (T,), generator=g)
+        tm = random_tree_mask(T, g)
+        c1, c2 = prefilled(b), prefilled(b)
+        pos = torch.arange(c1.length, c1.length + T)
+        head_in, logits = ct.run(c1, toks, pos, tm)
+        feats, ref_in = m.forward_draft(c2, toks, pos, tm)
+        assert head_in.shape == (T, 3 * m.args.dim)
+        assert (head_in - ref_in).abs().max().item() < ATOL
+        assert (logits - m.logits(feats)).abs().max().item() < ATOL
+    prompts = [[5, 17, 33, 2, 9], list(range(3, 20))]
+    m.compiled = None
+    refs = [decode(b, "plain", p) for p in prompts]
+    m.compiled = ct
+    try:
+        for p, ref in zip(prompts, refs):
+            for policy, kw in (("static", {}), ("eagle2", dict(total_tokens=4, depth=3, top_k=2))):
+                assert decode(b, policy, p, **kw) == ref, (policy, p)
+    finally:
+        m.compiled = None

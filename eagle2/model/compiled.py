@@ -314,7 +314,8 @@ class CompiledTarget:
     # ------------------------------------------------------------------ the forwards
     @torch.no_grad()
     def run(self, cache, tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None):
-        """The target: (features [T, D], logits [T, V]), K/V written at cache slots length.. ."""
+        """The target: (what the draft head reads [T, F]: the final features, or with aux_layers
+        those layers' states; logits [T, V]), K/V written at cache slots length.. ."""
         T = tokens.numel()
         B = self.target.bucket(T)
         if B is None or cache.k.shape[1] != 1:
@@ -372,8 +373,6 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     bundle.head.compiled = None
     if mode == "no":
         return "eager forward"
-    if t.aux_layers:
-        return "eager forward (an EAGLE-3 head reads inner layers' states, which the compiled forward does not return)"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:
         return f"eager forward (the compiled forward is built for CPU float32, not {bundle.device.type} {bundle.dtype})"
     if not hasattr(getattr(torch._C, "_aoti", None), "AOTIModelContainerRunnerCpu"):

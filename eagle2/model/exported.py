@@ -2,7 +2,9 @@
 
 Each is pure and static in its row count T (one package per tree-size bucket):
 - `TreeForward`, the target: (tokens, cos, sin, k_cache, v_cache, start, tree_mask[T, T])
-      -> (features [T, D], logits [T, V], new K [L, 1, kv, T, d], new V);
+      -> (features [T, D], logits [T, V], new K [L, 1, kv, T, d], new V); for a target whose
+      `aux_layers` are set (an EAGLE-3 head reads them) the first output is those layers' input
+      states side by side [T, k*D] instead, what `forward_draft` gives the head;
 - `HeadForward`, the EAGLE-1/2 draft head: (embeddings [T, D], features [T, D], cos, sin,
       k_cache, v_cache, committed, start, tree_mask [T, start - committed + T])
       -> (g [T, D], draft log-probs [T, V_draft], new K [1, kv, T, d], new V).
@@ -83,17 +85,23 @@ class TreeForward(nn.Module):
 
     def forward(self, tokens, cos, sin, k_cache, v_cache, start, tree_mask):
         m = self.model
+        taps = m.aux_layers  # EAGLE-3: the states entering these layers are what its head reads
         x = m.embed_tokens(tokens)[None]
-        new_k, new_v = [], []
+        new_k, new_v, aux = [], [], []
         for i, blk in enumerate(m.layers):
+            if i in taps:
+                aux.append(x)
             o, k, v = _attend(blk.self_attn, m.args, blk.input_layernorm(x), cos, sin, k_cache[i], v_cache[i],
                               start, start, tree_mask)
             x = x + o
             x = x + _mlp(blk.mlp, blk.post_attention_layernorm(x))
             new_k.append(k)
             new_v.append(v)
+        if len(m.layers) in taps:
+            aux.append(x)
         feats = m.norm(x)[0]
-        return feats, F.linear(feats, m.lm_head.weight), torch.stack(new_k), torch.stack(new_v)
+        head_in = torch.cat(aux, -1)[0] if taps else feats
+        return head_in, F.linear(feats, m.lm_head.weight), torch.stack(new_k), torch.stack(new_v)
 
 
 class HeadForward(nn.Module):

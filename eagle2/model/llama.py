@@ -316,9 +316,9 @@ class LlamaModel(nn.Module):
     def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                        tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_draft, then the logits of every row: (what the draft head reads [T, F], logits
-        [T, vocab]). Through the compiled packages when attached and one fits T (compiled.py),
-        else eager; always eager with `aux_layers` (the packages return the final features only)."""
-        if self.compiled is not None and not self.aux_layers:
+        [T, vocab]). Through the compiled packages when attached and one fits T (compiled.py; built
+        for this model's `aux_layers`), else eager."""
+        if self.compiled is not None:
             out = self.compiled.run(cache, tokens, positions, tree_mask)
             if out is not None:
                 return out

@@ -28,11 +28,14 @@ def fingerprint(module: torch.nn.Module, *extra: torch.Tensor) -> str:
 
 
 def package_dir(model: LlamaModel) -> Path:
-    """Where this model's packages live: keyed by the weights, torch, the CPU's vector ISA and the
-    thread count (inductor's GEMM template splits the work for the threads it was built for)."""
+    """Where this model's packages live: keyed by the weights, torch, the CPU's vector ISA, the
+    thread count (inductor's GEMM template splits the work for the threads it was built for) and
+    the aux layers the packages return (EAGLE-3)."""
     from .weights import cache_dir
     cap = torch.backends.cpu.get_cpu_capability()
     key = f"{fingerprint(model)}|torch {torch.__version__}|{cap}|{torch.get_num_threads()}t|v{FORMAT}"
+    if model.aux_layers:  # its packages return those layers' states (an EAGLE-3 head's input)
+        key += f"|aux {','.join(map(str, model.aux_layers))}"
     return cache_dir() / "compiled" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -101,7 +101,7 @@ def plausible(t: dict[int, float]) -> bool:
 
 def _cache_key(bundle, full: bool | None = None) -> str:
     packed = "|packed" if bundle.packed else ""
-    comp = bundle.target.compiled if not bundle.target.aux_layers else None  # EAGLE-3: always eager
+    comp = bundle.target.compiled
     # the complete compiled state only: packages landing one by one (a first start's background
     # compile) must not each start a new table; the live timings correct the estimates meanwhile
     if comp is None:
@@ -109,6 +109,8 @@ def _cache_key(bundle, full: bool | None = None) -> str:
     elif full is None:
         full = len(comp.runners) == len(comp.buckets)
     compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
+    if full and bundle.target.aux_layers:  # EAGLE-3's packages: their own timings
+        compiled += f"|aux {','.join(map(str, bundle.target.aux_layers))}"
     return (f"{bundle.name}|{bundle.device.type}|{str(bundle.dtype)}|torch {torch.__version__}|"
             f"{torch.get_num_threads()}t{packed}{compiled}")
 
