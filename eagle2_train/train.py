@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ttt-steps", type=int, default=1,
                     help="training-time test: also train S-1 unrolled passes in which the head reads its own "
                          "outputs, as draft nodes of depth 2..S do (1 = off; S costs about S x)")
-    ap.add_argument("--input-scale", type=int, default=1, choices=(0, 1),
-                    help="eagle3: train fc on aux states scaled to unit RMS per channel (folded into the saved "
-                         "fc.weight; 0 = raw states, as before)")
+    ap.add_argument("--input-scale", type=int, default=0, choices=(0, 1),
+                    help="eagle3: 1 = train fc on aux states scaled to unit RMS per channel (folded into the saved "
+                         "fc.weight); measured no gain on SmolLM2 (docs/algorithms.md), so 0 = raw states")
     ap.add_argument("--ttt-weight", type=float, default=1.0, help="loss weight of each unrolled pass")
     ap.add_argument("--patience", type=int, default=2,
                     help="stop when the held-out loss has not improved for this many epochs (0 = run all "

@@ -137,13 +137,11 @@ def input_rms(convs: list[dict], sample: int = 64) -> torch.Tensor:
 
 @torch.no_grad()
 def scale_fc_inputs(head, convs: list[dict], fresh: bool) -> None:
-    """Train EAGLE-3's fc on inputs of unit scale. The residual stream of SmolLM2 carries a few
-    "attention sink" channels near 2e4 beside channels near 1: Adam moves every weight by about
-    the learning rate per step, so the weights reading those channels swing the fused state by
-    hundreds (the cross-entropy starts near 25, ln 8192 being 9). Training reads a * scale
-    (scale = 1 / the channel's RMS, fixed; head_loss applies it) and `save` stores
-    fc.weight * scale, the official layout's weight for raw states. A fine-tuned fc starts as
-    weight / scale, the same function."""
+    """`--input-scale 1`: train EAGLE-3's fc on inputs of unit scale per channel (SmolLM2's residual
+    stream carries a few "attention sink" channels near 2e4 beside channels near 1). Training reads
+    a * scale (scale = 1 / the channel's RMS, fixed; head_loss applies it) and `save` stores
+    fc.weight * scale, the official layout's weight for raw states; a fine-tuned fc starts as
+    weight / scale, the same function. Measured no gain (docs/algorithms.md), hence off by default."""
     rms = input_rms(convs).to(head.fc.weight.device, head.fc.weight.dtype)
     head.input_scale = 1.0 / rms.clamp(min=1e-2)
     if not fresh:
