@@ -227,19 +227,12 @@ def test_draft_logprobs_match_the_reference(bundles, target, variant):
     check_absorbed()
 
 
-class _RefusesToRun:
-    """Stands in for an attached compiled forward, which returns only the final features."""
-
-    def run(self, *a):
-        raise AssertionError("the compiled forward ran although the head needs aux layers")
-
-
 @pytest.mark.parametrize("variant", ["default-layers", "repeat"])
 @pytest.mark.parametrize("policy", ["static", "eagle2"])
 def test_greedy_decoding_is_lossless(bundles, variant, policy):
     b = bundles[variant][0]
     kw = {"total_tokens": 16, "depth": 4, "top_k": 4} if policy == "eagle2" else {}
-    b.target.compiled = _RefusesToRun()  # an EAGLE-3 head needs the eager forward's aux layers
+    b.target.compiled = None  # the eager forward (the compiled one: test_compiled's EAGLE-3 test)
     accepted = []
     try:
         for prompt in ([5, 17, 33, 2, 71, 64, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [40, 41, 40, 41, 40]):
@@ -335,15 +328,20 @@ def test_broken_checkpoint_through_load_bundle(tmp_path, target):
         load_bundle(target=str(target[0]), head=str(folder))
 
 
-def test_eagle3_head_keeps_the_eager_forward(tiny_target, tmp_path):
-    """The compiled forward returns the last layer only: with an EAGLE-3 head nothing is compiled
-    or attached, and the line that says which forward runs says why."""
-    from eagle2.model.compiled import attach
+def test_eagle3_packages_live_apart_from_the_final_feature_ones(tiny_target):
+    """The compiled target of an EAGLE-3 head returns its aux layers' states: its packages are keyed
+    by those layers, so they never mix with the packages that return the final features."""
+    from eagle2.model.packages import package_dir
     folder, _ = tiny_target("llama")
     bundle = load_bundle(str(folder), "random")
+    plain = package_dir(bundle.target)
     bundle.target.aux_layers = (1, 2, 3)  # what load_bundle sets for an EAGLE-3 head
     try:
-        line = attach(bundle, "yes")
-        assert bundle.target.compiled is None and "EAGLE-3" in line
+        assert package_dir(bundle.target) != plain
+        bundle.target.aux_layers = (0, 1, 2)
+        other = package_dir(bundle.target)
+        bundle.target.aux_layers = (1, 2, 3)
+        assert package_dir(bundle.target) != other
     finally:
         bundle.target.aux_layers = ()
+    assert package_dir(bundle.target) == plain
