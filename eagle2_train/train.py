@@ -213,6 +213,10 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
                                                                          held_top1, eval_obj, eval_steps),
                               "wall_s": 0.0})
         print(json.dumps(log["epochs"][-1]))
+        # the starting head is the best so far: a fine-tune that only makes it worse keeps it in <out>/head
+        best = {"loss": log["epochs"][-1]["heldout_loss"], "epoch": 0, "stale": 0}
+        if a.epochs:
+            save(a, head, out / "head", model_card(a, head, log, len(train_convs), n_tokens))
         atomic_write(out / "train_log.json", json.dumps(log, indent=2))  # --epochs 0 evaluates a head and stops
     t_start = time.time() - (log["epochs"][-1]["wall_s"] if log["epochs"] else 0.0)  # resumed runs keep counting
     for epoch in range(start_epoch, a.epochs):

@@ -116,3 +116,21 @@ def test_training_stops_by_the_held_out_loss_and_keeps_the_best_head(feats, tmp_
     assert ep[-1]["best_epoch"] == 2 and len(saved) == 2  # head/ written at epochs 1 and 2 only
     assert run(feats, out, "--epochs", 5, "--patience", 2) == 0  # resuming a stopped run trains nothing more
     assert len(epochs(out)) == 4
+
+
+def test_a_fine_tune_that_only_gets_worse_keeps_its_starting_head(feats, tmp_path, monkeypatch):
+    first = tmp_path / "first"
+    assert cli(feats[0], first, "--features", feats[1], *FLAGS[:3], 1, *FLAGS[4:]) == 0
+    real = train_mod.evaluate
+    losses = iter([0.3, 0.5, 0.6])  # the start, then two worse epochs
+
+    def scripted(*a, **k):
+        return {**real(*a, **k), "heldout_loss": next(losses)}
+
+    monkeypatch.setattr(train_mod, "evaluate", scripted)
+    tuned = tmp_path / "tuned"
+    assert cli(feats[0], tuned, "--features", feats[1], "--stages", "train", "--init", first / "head",
+               "--epochs", 4, "--patience", 2, "--batch-tokens", 256, "--lr", 3e-3, "--ttt-steps", 2) == 0
+    assert [e["epoch"] for e in epochs(tuned)] == [0, 1, 2] and epochs(tuned)[-1]["best_epoch"] == 0
+    a, b = head_tensors(first), head_tensors(tuned)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
