@@ -26,6 +26,7 @@ from ..machine import cpu_info
 from ..model.loading import load_bundle
 from ..cycle.sampling import SamplingParams
 from ..policies.registry import BASELINE, DEFAULT
+from .bench import run_one
 from .flags import add_model_args, apply_threads
 from .prompt_files import read_prompts
 
@@ -64,21 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def decode(bundle, policy: str, kw: dict, turns: list[str], max_new: int) -> tuple[list[int], int]:
-    """(generated ids over all turns, target forwards)."""
-    msgs, ids, forwards = [], [], 0
-    for turn in turns:
-        msgs.append({"role": "user", "content": turn})
-        d = Decoder(bundle, policy, SamplingParams(), max_new_tokens=max_new, record=False, **kw)
-        d.start(messages=msgs)
-        d.generate()
-        s = d.summary()
-        ids += s["token_ids"]
-        forwards += s["target_forwards"]
-        msgs.append({"role": "assistant", "content": s["text"]})
-    return ids, forwards
-
-
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     check(1 <= a.max_new_tokens <= 4096, f"--max-new-tokens must be in [1, 4096] (got {a.max_new_tokens}).")
@@ -92,7 +78,9 @@ def main(argv=None) -> int:
     for q in tqdm(prompts, desc="tau", unit="prompt"):
         outs = {}
         for label, policy, kw in trees:
-            ids, fw = decode(bundle, policy, kw, q["turns"], a.max_new_tokens)
+            r = run_one(bundle, lambda: Decoder(bundle, policy, SamplingParams(), max_new_tokens=a.max_new_tokens,
+                                                record=False, **kw), q, SamplingParams(), a.max_new_tokens)
+            ids, fw = r["token_ids"], int(r["target_forwards"])
             outs[label] = ids
             for cat in (q["category"], "all"):
                 tot[label][cat][0] += len(ids)
