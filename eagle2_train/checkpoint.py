@@ -1,10 +1,12 @@
-"""The training run's resume point: `<out>/checkpoint.pt`, written atomically after every epoch.
+"""The training run's resume point: `<out>/checkpoint.pt`, written atomically after every epoch and
+every --save-minutes within one.
 
-It holds everything the next epoch depends on (head, optimizer, schedule, both random generators,
-the early-stopping record) and the settings that shape the run, so a run stopped anywhere (a kill
-mid-epoch, a wiped machine whose caches were regenerated) continues exactly where the last
-finished epoch left it, or refuses with the flag that differs. Loaded with weights_only=True:
-tensors and plain containers only."""
+It holds everything the next step depends on (head, optimizer, schedule, both random generators,
+the early-stopping record; within an epoch also the batch order's seed state, the steps done and
+the running figures) and the settings that shape the run, so a run stopped anywhere (a kill
+mid-epoch, a wiped machine whose caches were regenerated) continues exactly where the last save
+left it, or refuses with the flag that differs. Loaded with weights_only=True: tensors and plain
+containers only."""
 from __future__ import annotations
 
 import random
@@ -25,10 +27,16 @@ def settings(a) -> dict:
     return {k: getattr(a, k) for k in SHAPING}
 
 
-def save(path: Path, *, head, opt, sched, epoch: int, rng: random.Random, a, best: dict) -> None:
+def save(path: Path, *, head, opt, sched, epoch: int, rng: random.Random, a, best: dict,
+         in_epoch: dict | None = None) -> None:
+    """`epoch`: the last finished epoch (0-based; -1 = none). `in_epoch`, saved within an epoch:
+    {"epoch", "step" (batches done), "rng" (the epoch's starting state of `rng`, which orders its
+    batches), "run_loss", "run_agree", "losses", "wall_s"}."""
     state = {"head": head.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "epoch": epoch,
              "kind": a.head_kind, "settings": settings(a), "rng": list(_flatten(rng.getstate())),
              "torch_rng": torch.get_rng_state(), "best": best}
+    if in_epoch is not None:
+        state["in_epoch"] = {**in_epoch, "rng": list(_flatten(in_epoch["rng"]))}
     with atomic_path(path) as tmp:  # a kill while saving leaves the previous epoch's file
         torch.save(state, str(tmp))
 
@@ -56,8 +64,11 @@ def load(path: Path, device, a) -> dict:
 
 
 def restore_rngs(st: dict, rng: random.Random) -> None:
-    if "rng" in st:
-        rng.setstate(_unflatten(st["rng"]))
+    """`rng` as the resumed step needs it: at the in-progress epoch's start (its batches are drawn
+    again, the done ones skipped), else after the last finished epoch."""
+    flat = st["in_epoch"]["rng"] if "in_epoch" in st else st.get("rng")
+    if flat is not None:
+        rng.setstate(_unflatten(flat))
     if "torch_rng" in st:
         torch.set_rng_state(st["torch_rng"].cpu())
 

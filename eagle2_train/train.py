@@ -12,6 +12,7 @@ data) recorded as `d2t` when --draft-vocab > 0, and a model card.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--patience", type=int, default=2,
                     help="stop when the held-out loss has not improved for this many epochs (0 = run all "
                          "--epochs); <out>/head is always the best epoch's head")
+    ap.add_argument("--save-minutes", type=float, default=10.0,
+                    help="also save the resume point within an epoch this often (0 = at epoch ends only): a "
+                         "stopped run loses at most this much training")
     ap.add_argument("--seed", type=int, default=0)
     return ap
 
@@ -145,15 +149,20 @@ def evaluate(head, convs, device, batch_tokens, top1, obj: Objective, steps: int
 
 
 def train_epoch(a, head, train_convs, device, opt, sched, params, rng, steps_per_epoch, epoch,
-                obj: Objective) -> tuple[float, float, list[float]]:
+                obj: Objective, resume: dict | None = None, save_point=None) -> tuple[float, float, list[float]]:
     """One pass over the training batches; returns the running loss and top-1 agreement, and
-    every step's loss."""
+    every step's loss. `resume` (a checkpoint's in-epoch record) skips the batches it had done and
+    continues its running figures; `save_point(record)` is called every --save-minutes."""
     head.train()
-    run_loss = run_agree = 0.0
-    losses = []
-    bar = tqdm(batches(train_convs, a.batch_tokens, True, rng), total=steps_per_epoch,
-               desc=f"epoch {epoch + 1}/{a.epochs}", unit="batch")
-    for i, batch in enumerate(bar):
+    start = dict(resume or {})
+    done = int(start.get("step", 0))
+    epoch_rng = rng.getstate()  # before the shuffles: what orders this epoch's batches
+    run_loss, run_agree = float(start.get("run_loss", 0.0)), float(start.get("run_agree", 0.0))
+    losses = list(start.get("losses", []))
+    bar = tqdm(itertools.islice(batches(train_convs, a.batch_tokens, True, rng), done, None),
+               total=steps_per_epoch, initial=done, desc=f"epoch {epoch + 1}/{a.epochs}", unit="batch")
+    last_save = time.time()
+    for i, batch in enumerate(bar, start=done):
         loss, st = head_loss(head, *collate(batch, device, obj.inputs), obj, ttt_steps=a.ttt_steps)
         agree = st["top1"]
         opt.zero_grad(set_to_none=True)
@@ -166,6 +175,11 @@ def train_epoch(a, head, train_convs, device, opt, sched, params, rng, steps_per
         run_loss = 0.9 * run_loss + 0.1 * lv if i else lv
         run_agree = 0.9 * run_agree + 0.1 * agree if i else agree
         bar.set_postfix(loss=f"{run_loss:.3f}", top1=f"{run_agree:.3f}")
+        if (save_point is not None and a.save_minutes > 0 and i + 1 < steps_per_epoch
+                and time.time() - last_save >= 60 * a.save_minutes):
+            save_point({"epoch": epoch, "step": i + 1, "rng": epoch_rng, "run_loss": run_loss,
+                        "run_agree": run_agree, "losses": losses})
+            last_save = time.time()
     return run_loss, run_agree, losses
 
 
@@ -192,22 +206,27 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
     log = {"epochs": [], "steps_per_epoch": steps_per_epoch}
     start_epoch = 0
     best = {"loss": float("inf"), "epoch": 0, "stale": 0}  # early stopping on the held-out loss
-    if ckpt.exists():  # the resume point: the last finished epoch
+    in_epoch = None  # a resume point within an epoch
+    resumed = ckpt.exists()
+    if resumed:  # the resume point: the last save, at an epoch's end or within one
         st = checkpoint.load(ckpt, device, a)
         head.load_state_dict(st["head"], strict=False)
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
         checkpoint.restore_rngs(st, rng)
         best = st.get("best", best)
-        start_epoch = int(st["epoch"]) + 1
-        log = json.loads((out / "train_log.json").read_text())
+        in_epoch = st.get("in_epoch")
+        start_epoch = int(st["epoch"]) + 1 if in_epoch is None else int(in_epoch["epoch"])
+        if (out / "train_log.json").exists():  # absent while the first epoch of a fresh head runs
+            log = json.loads((out / "train_log.json").read_text())
         # a kill between writing the log and the checkpoint leaves the log an epoch ahead: cut it back
         log["epochs"] = [e for e in log["epochs"] if e["epoch"] <= start_epoch]
         log["step_losses"] = log.get("step_losses", [])[: start_epoch * steps_per_epoch]
-        print(f"resuming after epoch {start_epoch}")
+        print(f"resuming after epoch {start_epoch}" if in_epoch is None else
+              f"resuming epoch {start_epoch + 1} after step {in_epoch['step']} of {steps_per_epoch}")
     held_top1 = full_argmax(held_convs, lm_full, device, a.batch_tokens)
     eval_steps = max(2, a.ttt_steps)
-    if not log["epochs"] and fine_tune:  # the fine-tune's starting point
+    if not log["epochs"] and fine_tune and not resumed:  # the fine-tune's starting point
         head.eval()
         log["epochs"].append({"epoch": 0, "init": str(a.init), **evaluate(head, held_convs, device, a.batch_tokens,
                                                                          held_top1, eval_obj, eval_steps),
@@ -218,12 +237,19 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
         if a.epochs:
             save(a, head, out / "head", model_card(a, head, log, len(train_convs), n_tokens))
         atomic_write(out / "train_log.json", json.dumps(log, indent=2))  # --epochs 0 evaluates a head and stops
-    t_start = time.time() - (log["epochs"][-1]["wall_s"] if log["epochs"] else 0.0)  # resumed runs keep counting
+    done_s = in_epoch["wall_s"] if in_epoch else log["epochs"][-1]["wall_s"] if log["epochs"] else 0.0
+    t_start = time.time() - done_s  # resumed runs keep counting
+
+    def save_point(rec: dict) -> None:  # within an epoch
+        checkpoint.save(ckpt, head=head, opt=opt, sched=sched, epoch=rec["epoch"] - 1, rng=rng, a=a, best=best,
+                        in_epoch={**rec, "wall_s": time.time() - t_start})
+
     for epoch in range(start_epoch, a.epochs):
         if a.patience and best["stale"] >= a.patience:
             break  # a resumed run that had already stopped
         run_loss, run_agree, losses = train_epoch(a, head, train_convs, device, opt, sched, params, rng,
-                                                  steps_per_epoch, epoch, obj)
+                                                  steps_per_epoch, epoch, obj, in_epoch, save_point)
+        in_epoch = None
         head.eval()
         rec = {"epoch": epoch + 1, "train_loss": run_loss, "train_top1": run_agree,
                **evaluate(head, held_convs, device, a.batch_tokens, held_top1, eval_obj, eval_steps),
@@ -256,6 +282,8 @@ def main(argv=None) -> int:
         raise UserError("--epochs 0 evaluates the head folder given with --init; without one there is nothing to do.")
     if a.patience < 0:
         raise UserError(f"--patience must be >= 0 (got {a.patience}).")
+    if a.save_minutes < 0:
+        raise UserError(f"--save-minutes must be >= 0 (0 = save at epoch ends only; got {a.save_minutes}).")
     if a.ttt_weight < 0:
         raise UserError(f"--ttt-weight must be >= 0 (got {a.ttt_weight}).")
     if a.aux_layers is not None and a.head_kind != "eagle3":

@@ -87,6 +87,53 @@ def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(feats, tmp_p
     assert len(log["step_losses"]) == 3 * steps
 
 
+@pytest.mark.parametrize("epoch,step", [(1, 1), (2, 2)])  # in the first epoch no log exists yet
+def test_a_run_killed_mid_epoch_resumes_from_its_last_save_within_the_epoch(feats, tmp_path, monkeypatch, epoch,
+                                                                            step):
+    """--save-minutes: the resume point is also saved within an epoch (here after every step), so
+    the run continues from the step after it, not from the epoch's start, and still ends with the
+    uninterrupted run's head and log."""
+    whole = tmp_path / "whole"
+    assert run(feats, whole, "--save-minutes", 0) == 0
+    steps = json.loads((whole / "train_log.json").read_text())["steps_per_epoch"]
+    assert steps >= 3
+
+    real = train_mod.head_loss
+    calls = {"n": 0}
+
+    done = (epoch - 1) * steps + step
+
+    def dies_in_the_step_after(*a, train=True, **k):
+        if train:
+            calls["n"] += 1
+            if calls["n"] == done + 1:
+                raise KeyboardInterrupt
+        return real(*a, train=train, **k)
+
+    cut = tmp_path / "cut"
+    monkeypatch.setattr(train_mod, "head_loss", dies_in_the_step_after)
+    with pytest.raises(KeyboardInterrupt):
+        run(feats, cut, "--save-minutes", 1e-9)
+    saved = torch.load(str(cut / "checkpoint.pt"), weights_only=True)
+    assert saved["in_epoch"]["epoch"] == epoch - 1 and saved["in_epoch"]["step"] == step
+    calls["n"] = 0
+
+    def counts(*a, train=True, **k):
+        calls["n"] += bool(train)
+        return real(*a, train=train, **k)
+
+    monkeypatch.setattr(train_mod, "head_loss", counts)
+    assert run(feats, cut, "--save-minutes", 1e-9) == 0
+    assert calls["n"] == 3 * steps - done  # only the steps not yet done
+    assert epochs(cut) == epochs(whole)
+    a, b = head_tensors(whole), head_tensors(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    log, ref = (json.loads((o / "train_log.json").read_text()) for o in (cut, whole))
+    assert log["step_losses"] == ref["step_losses"]
+    with pytest.raises(UserError, match="--save-minutes"):
+        run(feats, tmp_path / "bad", "--save-minutes", -1)
+
+
 def test_a_changed_flag_or_a_corrupt_checkpoint_is_a_clear_error(feats, tmp_path):
     out = tmp_path / "run"
     assert cli(feats[0], out, "--features", feats[1], *FLAGS[:3], 1, *FLAGS[4:]) == 0
