@@ -20,7 +20,7 @@ from eagle2.files import atomic_path
 # the flags whose change would make a resumed run a different run (the schedule's length, the
 # batches, the loss); --epochs is one: the cosine schedule spans them
 SHAPING = ("head_kind", "epochs", "lr", "batch_tokens", "noise", "ce_weight", "draft_vocab", "init", "ttt_steps",
-           "ttt_weight", "seed", "patience", "input_scale")
+           "ttt_weight", "seed", "patience", "input_scale", "amp")
 
 
 def settings(a) -> dict:

@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--patience", type=int, default=2,
                     help="stop when the held-out loss has not improved for this many epochs (0 = run all "
                          "--epochs); <out>/head is always the best epoch's head")
+    ap.add_argument("--amp", default="auto", choices=("auto", "bf16", "off"),
+                    help="the training step's forward under bf16 autocast (weights, optimizer and held-out "
+                         "figures stay fp32); auto = bf16 where the device computes it natively (CUDA, a CPU "
+                         "with AVX512-BF16 or AMX; measured 1.5x per step there, same held-out loss), else off")
     ap.add_argument("--save-minutes", type=float, default=10.0,
                     help="also save the resume point within an epoch this often (0 = at epoch ends only): a "
                          "stopped run loses at most this much training")
@@ -148,6 +152,21 @@ def evaluate(head, convs, device, batch_tokens, top1, obj: Objective, steps: int
             **{f"heldout_{k}": v for k, v in out.items()}}
 
 
+def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """--amp resolved on `device`: torch.bfloat16, or None (fp32)."""
+    if amp == "off":
+        return None
+    if amp == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    try:  # without native bf16 a CPU emulates it, slower than fp32
+        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        native = False
+    return torch.bfloat16 if native else None
+
+
 def train_epoch(a, head, train_convs, device, opt, sched, params, rng, steps_per_epoch, epoch,
                 obj: Objective, resume: dict | None = None, save_point=None) -> tuple[float, float, list[float]]:
     """One pass over the training batches; returns the running loss and top-1 agreement, and
@@ -162,8 +181,10 @@ def train_epoch(a, head, train_convs, device, opt, sched, params, rng, steps_per
     bar = tqdm(itertools.islice(batches(train_convs, a.batch_tokens, True, rng), done, None),
                total=steps_per_epoch, initial=done, desc=f"epoch {epoch + 1}/{a.epochs}", unit="batch")
     last_save = time.time()
+    amp = amp_dtype(a.amp, device)
     for i, batch in enumerate(bar, start=done):
-        loss, st = head_loss(head, *collate(batch, device, obj.inputs), obj, ttt_steps=a.ttt_steps)
+        with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            loss, st = head_loss(head, *collate(batch, device, obj.inputs), obj, ttt_steps=a.ttt_steps)
         agree = st["top1"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -188,6 +209,7 @@ def train_head(a, target, train_convs, held_convs, device, aux_layers: tuple[int
     resuming from <out>/checkpoint.pt; saves <out>/head and train_log.json after every epoch."""
     out = Path(a.out)
     torch.manual_seed(a.seed)
+    a.amp_used = "bf16 autocast" if amp_dtype(a.amp, device) else "fp32"  # for the model card
     head, fine_tune = build_head(a, target, train_convs, device, aux_layers)
     lm_full = target.lm_head.weight.detach()
     ref = lm_full if head.draft_ids is None else lm_full[head.draft_ids]  # p: the target's own rows, frozen

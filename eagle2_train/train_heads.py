@@ -168,7 +168,8 @@ def model_card(a, head, log: dict, n_convs: int, n_tokens: int) -> str:
             f"| | |\n| --- | --- |\n"
             f"| data | {n_convs:,} self-distilled conversations, {n_tokens:,} tokens |\n"
             f"| recipe | {loss}; training-time test {a.ttt_steps} step(s) (weight {a.ttt_weight}); AdamW lr "
-            f"{a.lr}, warm-up + cosine, {a.batch_tokens} padded tokens per batch; init {a.init} |\n"
+            f"{a.lr}, warm-up + cosine, {a.batch_tokens} padded tokens per batch; "
+            f"{getattr(a, 'amp_used', 'fp32')} forward; init {a.init} |\n"
             f"| epochs | {last.get('epoch', 0)} of {a.epochs} |\n"
             f"| held-out (latest epoch) | {figures or 'n/a'} |\n\n"
             "Per-epoch figures: `train_log.json` in the run folder.\n")

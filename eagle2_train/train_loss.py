@@ -53,8 +53,9 @@ def head_loss(head, fin, tok, fout, m, obj: Objective, train=True, top1_target=N
     g = head.forward_train(fin, tok)
     sel = m > 0  # the vocabulary products (most of the cost) only where the loss looks
     fsel = fout[sel]
-    with torch.no_grad():
-        p = torch.softmax(fsel @ obj.ref_rows.T, dim=-1)  # the target's distribution, on the draft vocabulary
+    # the target's distribution on the draft vocabulary, in fp32 under --amp too (it is the label)
+    with torch.no_grad(), torch.autocast(fsel.device.type, enabled=False):
+        p = torch.softmax(fsel @ obj.ref_rows.T, dim=-1)
         target_ids = head.to_target_ids(p.argmax(-1)) if top1_target is None else top1_target[sel]
 
     def step(gs, keep=None):

@@ -4,7 +4,8 @@ still answers afterwards. Every wait is bounded: a server that hangs fails the t
 hangs the suite.
 
 The packages are the tiny model's (seconds to build): they reproduce the deadlock that two
-sessions stepping at once caused on the compiled path (model/compiled.py, Runner).
+sessions stepping at once caused on the compiled path (model/compiled.py, Runner). Each test runs
+with an EAGLE-1/2 head and with an EAGLE-3 head, whose target packages return its layers' states.
 """
 from __future__ import annotations
 
@@ -24,29 +25,58 @@ pytestmark = pytest.mark.slow  # a real server on the compiled path
 STEP_TIMEOUT = 90.0   # one Step of the tiny model takes well under a second; a hang never answers
 
 
-@pytest.fixture(scope="module")
-def tiny_compiled(tiny_target, tmp_path_factory):
-    """A tiny model and a cache folder holding its compiled packages (the app's default buckets
-    and the head's), built for one thread, as `python -m eagle2 compile` builds them."""
-    folder, _ = tiny_target("serving")
-    cache = tmp_path_factory.mktemp("serving-cache")
+def compile_for(folder, head: str, cache) -> None:
+    """`python -m eagle2 compile` for one thread into the cache folder `cache`."""
     env = dict(os.environ, EAGLE2_CACHE=str(cache))
-    r = subprocess.run([sys.executable, "-m", "eagle2", "compile", "--target", str(folder), "--head", "random",
+    r = subprocess.run([sys.executable, "-m", "eagle2", "compile", "--target", str(folder), "--head", head,
                         "--threads", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "compiled forward and draft head" in r.stdout, r.stdout[-2000:]
-    return folder, cache
+    assert "compiled forward" in r.stdout, r.stdout[-2000:]
+
+
+def random_eagle3_head(target_folder, where) -> str:
+    """A random EAGLE-3 head (official layout) reading the tiny target's layers 1, 2 and 4."""
+    import torch
+    from eagle2.model.head3 import Eagle3Head, save_head3
+    from eagle2.model.loading import load_target
+    tgt = load_target(target_folder, torch.device("cpu"), torch.float32)
+    torch.manual_seed(3)
+    head = Eagle3Head(tgt.args, (1, 2, 4))
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            p.copy_(1.0 + 0.2 * torch.randn(p.shape) if "norm" in name else 0.1 * torch.randn(p.shape))
+    head.attach(tgt.lm_head.weight.detach())
+    save_head3(head, where, dtype=torch.float32)
+    return str(where)
+
+
+@pytest.fixture(scope="module", params=["eagle", "eagle3"])
+def tiny_compiled(request, tiny_target, tmp_path_factory):
+    """(target folder, --head, cache folder holding its compiled packages): a tiny model with a
+    random EAGLE-1/2 head (the app's default buckets and the head's packages), or a 4-layer one with
+    a random EAGLE-3 head (the target's packages then also return the states of the head's layers;
+    the head runs eager), built for one thread as `python -m eagle2 compile` builds them."""
+    cache = tmp_path_factory.mktemp("serving-cache")
+    if request.param == "eagle":
+        folder, _ = tiny_target("serving")
+        head = "random"
+    else:
+        folder, _ = tiny_target("serving4", layers=4)
+        head = random_eagle3_head(folder, tmp_path_factory.mktemp("serving-e3head"))
+    compile_for(folder, head, cache)
+    return folder, head, cache
 
 
 @pytest.fixture()
 def server(tiny_compiled, tmp_path):
-    folder, cache = tiny_compiled
-    app = App(tmp_path, "--target", str(folder), "--head", "random", "--threads", "1", "--concurrency", "4",
+    folder, head, cache = tiny_compiled
+    app = App(tmp_path, "--target", str(folder), "--head", head, "--threads", "1", "--concurrency", "4",
               env={"EAGLE2_CACHE": str(cache)})
     try:
         out = app.wait_for("ready at", 0, timeout=180)
         ready = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
-        assert "compiled forward and draft head" in ready, ready   # the path that deadlocked
+        # the path that deadlocked: the compiled forward, and the compiled head where it has one
+        assert ("compiled forward and draft head" if head == "random" else "compiled forward (") in ready, ready
         yield app
     finally:
         app.stop()

@@ -181,3 +181,23 @@ def test_a_fine_tune_that_only_gets_worse_keeps_its_starting_head(feats, tmp_pat
     assert [e["epoch"] for e in epochs(tuned)] == [0, 1, 2] and epochs(tuned)[-1]["best_epoch"] == 0
     a, b = head_tensors(first), head_tensors(tuned)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bf16_autocast_trains_the_same_run_within_rounding(feats, tmp_path):
+    """--amp bf16 runs the training forward under autocast (it changes the step losses, so it is
+    applied) and ends close to the fp32 run; the choice is a shaping flag; `auto` resolves by device."""
+    runs = {}
+    for amp in ("off", "bf16"):
+        out = tmp_path / amp
+        assert run(feats, out, "--amp", amp) == 0
+        runs[amp] = json.loads((out / "train_log.json").read_text())
+    off, bf = runs["off"]["step_losses"], runs["bf16"]["step_losses"]
+    assert len(off) == len(bf) and off != bf
+    assert all(abs(x - y) <= 0.05 * x for x, y in zip(off, bf))
+    h_off, h_bf = runs["off"]["epochs"][-1]["heldout_loss"], runs["bf16"]["epochs"][-1]["heldout_loss"]
+    assert abs(h_off - h_bf) <= 0.05 * h_off
+    with pytest.raises(UserError, match="--amp"):
+        run(feats, tmp_path / "off", "--amp", "bf16")
+    assert train_mod.amp_dtype("off", torch.device("cpu")) is None
+    assert train_mod.amp_dtype("bf16", torch.device("cpu")) is torch.bfloat16
+    assert train_mod.amp_dtype("auto", torch.device("cpu")) in (None, torch.bfloat16)
