@@ -5,6 +5,7 @@ machine whose ~/.cache was wiped (then the data and features are regenerated, de
     python scripts/head_recipe.py                  # run (or continue) every step
     python scripts/head_recipe.py --steps data     # some steps only (comma list)
     python scripts/head_recipe.py --dry-run        # print the commands
+    python scripts/head_recipe.py --status         # how far each step got (reads files, runs nothing)
 
 Steps: prompts (the self-instruct blocks up to 8,000 jobs), data (the target's greedy answers to
 every assets/prompts/train*.jsonl prompt, and to the 60 held-out ones), features (one target pass
@@ -16,6 +17,7 @@ prompts), table (scripts/head_table.py).
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -50,6 +52,50 @@ def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
     }
 
 
+def _lines(path: Path) -> int:
+    return sum(1 for _ in open(path)) if path.exists() else 0
+
+
+def _training(folder: Path) -> str:
+    """A head run's progress: finished epochs, the best one, and a save within the next epoch."""
+    log = folder / "train_log.json"
+    ckpt = folder / "checkpoint.pt"
+    if not log.exists() and not ckpt.exists():
+        return "not started"
+    epochs = json.loads(log.read_text())["epochs"] if log.exists() else []
+    text = f"{len(epochs)} epoch(s) done"
+    if epochs:
+        best = min(epochs, key=lambda e: e["heldout_loss"])
+        text += (f", best {best['epoch']} (held-out loss {best['heldout_loss']:.3f}, "
+                 f"top-1 {best['heldout_top1']:.3f})")
+    if ckpt.exists():
+        import torch  # only here: the rest of --status reads text files
+        st = torch.load(str(ckpt), map_location="cpu", weights_only=True, mmap=True)
+        if "in_epoch" in st:
+            text += f"; epoch {st['in_epoch']['epoch'] + 1} saved at step {st['in_epoch']['step']}"
+    return text
+
+
+def status(run: Path, out: Path) -> list[str]:
+    """One line per step: how far it got, read from its files."""
+    sys.path.insert(0, str(REPO))
+    from eagle2.tools.prompt_files import read_prompts
+    n_train = sum(len(read_prompts(f)) for f in sorted((REPO / "assets" / "prompts").glob("train*.jsonl")))
+    n_held = len(read_prompts(REPO / "assets" / "prompts" / "heldout.jsonl"))
+    rows = [f"data: train {_lines(run / 'data_train.jsonl'):,} of {n_train:,} prompts answered, held-out "
+            f"{_lines(run / 'data_heldout.jsonl')} of {n_held}"]
+    for split in ("train", "heldout"):
+        index = run / f"features3_{split}" / "index.json"
+        done = len(json.loads(index.read_text())["done"]) if index.exists() else 0
+        rows.append(f"features ({split}): {done:,} of {_lines(run / f'data_{split}.jsonl'):,} conversations")
+    for k in ("e3", "e12"):
+        rows.append(f"{k}: {_training(run.with_name(f'{run.name}-{k}'))}")
+    for k in ("e3", "e12", "shipped"):
+        ev, tau = run.with_name(f"{run.name}-eval-{k}") / "train_log.json", out / f"tau-{k}" / "tau.json"
+        rows.append(f"eval {k}: {'done' if ev.exists() else 'not yet'}; tau {k}: {'done' if tau.exists() else 'not yet'}")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", default=str(Path.home() / ".cache" / "eagle2" / "runs" / "head-r3"),
@@ -58,7 +104,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", default=None, help="comma list (default: all, in order)")
     ap.add_argument("--threads", default="2")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--status", action="store_true", help="print how far each step got and stop")
     a = ap.parse_args(argv)
+    if a.status:
+        print("\n".join(status(Path(a.run).expanduser(), Path(a.out))))
+        return 0
     plan = steps(Path(a.run).expanduser(), Path(a.out), a.threads)
     chosen = list(plan) if a.steps is None else [s.strip() for s in a.steps.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in plan]

@@ -1,0 +1,68 @@
+"""The head recipe's scripts: `scripts/head_recipe.py` plans every step and reports how far a run
+got from its files alone; `scripts/head_table.py` builds the comparison table from an evaluation
+log and a tau run (the real shipped head's tau file), refusing a tau run whose trees disagreed."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_recipe_plans_every_step_in_order(capsys, tmp_path):
+    recipe = script("head_recipe")
+    assert recipe.main(["--dry-run", "--run", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 0
+    steps = [ln.split("]")[0][1:] for ln in capsys.readouterr().out.splitlines()]
+    assert list(dict.fromkeys(steps)) == ["prompts", "data", "features", "e3", "e12", "eval", "tau", "table"]
+    assert recipe.main(["--steps", "data,nope", "--dry-run"]) == 2
+
+
+def test_status_reads_how_far_each_step_got(capsys, tmp_path):
+    recipe = script("head_recipe")
+    run, out = tmp_path / "r", tmp_path / "o"
+    run.mkdir()
+    (run / "data_train.jsonl").write_text('{"id": 1}\n{"id": 2}\n{"id": 3}\n')
+    (run / "data_heldout.jsonl").write_text('{"id": 9}\n')
+    (run / "features3_train").mkdir()
+    (run / "features3_train" / "index.json").write_text(json.dumps({"done": [[1, "greedy"], [2, "greedy"]]}))
+    e3 = tmp_path / "r-e3"
+    e3.mkdir()
+    (e3 / "train_log.json").write_text(json.dumps({"epochs": [
+        {"epoch": 1, "heldout_loss": 5.0, "heldout_top1": 0.3}, {"epoch": 2, "heldout_loss": 4.5, "heldout_top1": 0.4}]}))
+    torch.save({"epoch": 1, "in_epoch": {"epoch": 2, "step": 17}}, str(e3 / "checkpoint.pt"))
+    (out / "tau-shipped").mkdir(parents=True)
+    (out / "tau-shipped" / "tau.json").write_text("{}")
+    assert recipe.main(["--status", "--run", str(run), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "train 3 of " in text and "held-out 1 of 60" in text
+    assert "features (train): 2 of 3 conversations" in text and "features (heldout): 0 of 1" in text
+    assert "e3: 2 epoch(s) done, best 2 (held-out loss 4.500, top-1 0.400); epoch 3 saved at step 17" in text
+    assert "e12: not started" in text and "tau shipped: done" in text and "tau e3: not yet" in text
+
+
+def test_the_table_is_built_from_the_runs(capsys, tmp_path):
+    table = script("head_table")
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    (ev / "train_log.json").write_text(json.dumps({"epochs": [
+        {"epoch": 0, "heldout_top1": 0.544, "heldout_top1_step2": 0.48, "heldout_top1_step3": 0.45}]}))
+    tau = REPO / "benchmarks" / "head-r3" / "tau-shipped"
+    assert table.main([f"shipped={ev},{tau}"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 3 and rows[2].startswith("| shipped | 0.544 | 0.480 | 0.450 | 2.67 | 2.36 | 2.30 | 1.16x |")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "tau.json").write_text(json.dumps({**json.loads((tau / "tau.json").read_text()), "identical": False}))
+    with pytest.raises(SystemExit, match="disagreed"):
+        table.main([f"shipped={ev},{bad}"])
