@@ -7,6 +7,8 @@
 (c) AOTInductor packages built for a tiny Llama and its head: outputs equal the eager path's for
     every tree size (padded buckets included), and greedy decoding through the compiled target and
     head (plain, static, EAGLE-2) emits exactly the eager plain decoder's tokens.
+    An EAGLE-3 head's target packages also return its layers' states, and its own packages equal
+    its eager forward.
 (d) The fallbacks: no package, a corrupt package, --no-compile.
 """
 from __future__ import annotations
@@ -461,11 +463,58 @@ def eagle3_tiny(tiny_target, tmp_path_factory):
     hdir = tmp_path_factory.mktemp("e3head")
     save_head3(head, hdir, dtype=torch.float32)
     b = load_bundle(str(folder), str(hdir))
-    assert b.target.aux_layers == (1, 2, 4) and compilable_head(b) is None  # the EAGLE-3 head runs eager
-    ct = CompiledTarget(b.target, None, buckets=(1, 4), folder=tmp_path_factory.mktemp("aoti3"))
+    assert b.target.aux_layers == (1, 2, 4) and compilable_head(b) is b.head
+    ct = CompiledTarget(b.target, b.head, buckets=(1, 4), head_buckets=(4,), folder=tmp_path_factory.mktemp("aoti3"))
     ct.build()
     yield b, ct
-    b.target.compiled = None
+    b.target.compiled = b.head.compiled = None
+
+
+def test_eagle3_head_function_equals_the_eager_head(eagle3_tiny):
+    """Head3Forward run eagerly (what is exported) against Eagle3Head.forward_cached +
+    draft_logprobs, for fused target states (fc outside the function) and fed-back outputs."""
+    from eagle2.model.exported import Head3Forward
+    b, _ = eagle3_tiny
+    h = b.head
+    g = torch.Generator().manual_seed(8)
+    for T, tree, fused in ((1, 0, True), (3, 4, False), (5, 2, True)):
+        cache, feats, toks, pos, tm = head_call_inputs(b, T, tree, g)
+        if fused:
+            feats = 3 * torch.randn(T, 3 * h.args.dim, generator=g)
+        start = cache.length + tree
+        out, logp, new_k, _ = Head3Forward(h)(h.embed_tokens(toks), h.hidden_input(feats), h._cos[pos], h._sin[pos],
+                                              cache.k[0], cache.v[0], torch.tensor(cache.length),
+                                              torch.tensor(start), tm)
+        ref = h.forward_cached(cache, feats, toks, pos, start, tm)
+        assert (out - ref).abs().max().item() < 1e-5
+        assert (logp - h.draft_logprobs(ref)).abs().max().item() < 1e-4
+        assert (new_k - cache.k[0, :, :, start:start + T]).abs().max().item() < 1e-5
+
+
+@pytest.mark.slow
+def test_eagle3_head_package_equals_the_eager_head(eagle3_tiny):
+    """The EAGLE-3 head's package (bucket 4) gives the eager head's outputs and K/V for fused
+    target states and fed-back outputs, padded rows included; above the bucket it defers to eager."""
+    b, ct = eagle3_tiny
+    h = b.head
+    g = torch.Generator().manual_seed(9)
+    for T, tree, fused in ((1, 0, True), (3, 0, True), (4, 5, False), (2, 9, False), (6, 0, True)):
+        c1, feats, toks, pos, tm = head_call_inputs(b, T, tree, g)
+        c2 = head_call_inputs(b, T, tree, torch.Generator().manual_seed(0))[0]
+        c2.k.copy_(c1.k)
+        c2.v.copy_(c1.v)
+        if fused:
+            feats = 3 * torch.randn(T, 3 * h.args.dim, generator=g)
+        start = c1.length + tree
+        mask = tm if tree or T == 1 else None
+        out = ct.run_head(c1, feats, toks, pos, start, mask)
+        if T > 4:
+            assert out is None
+            continue
+        ref = h.forward_cached(c2, feats, toks, pos, start, mask)
+        assert (out[0] - ref).abs().max().item() < ATOL
+        assert (out[1] - h.draft_logprobs(ref)).abs().max().item() < ATOL
+        assert torch.allclose(c1.k[0, :, :, start:start + T], c2.k[0, :, :, start:start + T], atol=1e-5)
 
 
 @pytest.mark.slow
@@ -489,10 +538,10 @@ def test_eagle3_target_packages_return_the_aux_states_and_decode_exactly(eagle3_
     prompts = [[5, 17, 33, 2, 9], list(range(3, 20))]
     m.compiled = None
     refs = [decode(b, "plain", p) for p in prompts]
-    m.compiled = ct
+    m.compiled = b.head.compiled = ct  # the target's packages and the head's
     try:
         for p, ref in zip(prompts, refs):
             for policy, kw in (("static", {}), ("eagle2", dict(total_tokens=4, depth=3, top_k=2))):
                 assert decode(b, policy, p, **kw) == ref, (policy, p)
     finally:
-        m.compiled = None
+        m.compiled = b.head.compiled = None

@@ -12,7 +12,7 @@ mkldnn tensors, so a JIT compile would cost 1-2 minutes at every start; a packag
 (in a background process) and later loads in a few seconds. Tree sizes between buckets are padded
 up (pad rows see only themselves and are dropped). The eager path (llama.py, head.py) stays the
 reference and the fallback for anything else (prefill, T above the largest bucket, no package
-yet, an EAGLE-3 head, CUDA).
+yet, CUDA).
 """
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def _pad_rows(B: int, tokens, positions, tree_mask, tree: int = 0, features=None
 
 
 class CompiledTarget:
-    """The compiled packages of one target and (EAGLE-1/2) its draft head, loaded as they become
+    """The compiled packages of one target and its draft head, loaded as they become
     available. `run` / `run_head` return their outputs through the smallest bucket that holds T,
     or None (the caller then runs the eager path). Packages are built by `python -m eagle2 compile`
     in a background process (`start_background`) or in the foreground (`build`); `poll` picks
@@ -334,7 +334,7 @@ class CompiledTarget:
     @torch.no_grad()
     def run_head(self, cache, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, start: int,
                  tree_mask: torch.Tensor | None):
-        """The draft head (EagleHead.forward_cached + draft_logprobs): (g [T, D], log-probs
+        """The draft head (its forward_cached + draft_logprobs): (g [T, D], log-probs
         [T, V_draft]), K/V written at cache slots start.. ."""
         hs = self.head_set
         T = tokens.numel()
@@ -346,6 +346,7 @@ class CompiledTarget:
         if start + T > cache.max_len:
             return None  # the eager path raises the cache-full error
         tree = start - committed
+        features = h.hidden_input(features)
         tokens, positions, mask, features = _pad_rows(B, tokens, positions, tree_mask, tree, features)
         g, logp, new_k, new_v = hs.runners[B](h.embed_tokens(tokens), features, h._cos[positions], h._sin[positions],
                                               cache.k[0], cache.v[0], torch.tensor(committed), torch.tensor(start),
@@ -356,10 +357,10 @@ class CompiledTarget:
 
 
 def compilable_head(bundle):
-    """The bundle's head when its forward can be compiled (EAGLE-1/2 layout), else None."""
-    from .head import EagleHead
+    """The bundle's head when its forward can be compiled (an attached EAGLE-1/2 or EAGLE-3 head),
+    else None."""
     h = bundle.head
-    return h if isinstance(h, EagleHead) and h.lm_weight is not None else None
+    return h if h is not None and getattr(h, "lm_weight", None) is not None else None
 
 
 def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None, log=None) -> str:

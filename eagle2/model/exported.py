@@ -7,7 +7,9 @@ Each is pure and static in its row count T (one package per tree-size bucket):
       states side by side [T, k*D] instead, what `forward_draft` gives the head;
 - `HeadForward`, the EAGLE-1/2 draft head: (embeddings [T, D], features [T, D], cos, sin,
       k_cache, v_cache, committed, start, tree_mask [T, start - committed + T])
-      -> (g [T, D], draft log-probs [T, V_draft], new K [1, kv, T, d], new V).
+      -> (g [T, D], draft log-probs [T, V_draft], new K [1, kv, T, d], new V);
+- `Head3Forward`, the EAGLE-3 draft head, the same signature with `features` its layer's D-wide
+      hidden input (fc of the target's fused states, or a parent's g: `hidden_input`).
 Attention over the cache is one opaque custom op that runs eagerly over the live length, so the
 graphs' only shapes are T (and the head's mask width) and the cache may be any size. It does not
 write the cache (a mutating op came out of AOTInductor with wrong logits): the caller writes the
@@ -122,6 +124,33 @@ class HeadForward(nn.Module):
         return g, torch.log_softmax(F.linear(g, self.lm_weight), -1), k, v
 
 
+class Head3Forward(nn.Module):
+    """The EAGLE-3 head's cached forward (its midlayer over [input_layernorm(e); hidden_norm(u)],
+    2D wide) and its draft log-probabilities (`norm`, its own LM head) in one graph; `fc` stays
+    outside (head3.hidden_input), so one graph serves fused states and fed-back outputs."""
+
+    def __init__(self, head):
+        super().__init__()
+        self.head = head
+        self.lm_weight = nn.Parameter(head.lm_weight.detach(), requires_grad=False)
+
+    def forward(self, emb, features, cos, sin, k_cache, v_cache, committed, start, tree_mask):
+        h = self.head  # features: the layer's hidden input u [T, D]
+        m = h.midlayer
+        hn = m.hidden_norm(features)
+        x = (hn if m.norm_before_residual else features)[None]
+        o, k, v = _attend(m.self_attn, h.args, torch.cat([m.input_layernorm(emb), hn], -1)[None], cos, sin,
+                          k_cache, v_cache, committed, start, tree_mask)
+        x = x + o
+        g = (x + _mlp(m.mlp, m.post_attention_layernorm(x)))[0]
+        return g, torch.log_softmax(F.linear(h.norm(g), self.lm_weight), -1), k, v
+
+
+def head_function(head) -> nn.Module:
+    """The compiled function of a draft head of either kind."""
+    return Head3Forward(head) if hasattr(head, "midlayer") else HeadForward(head)
+
+
 def target_example(model, T: int, context: int = 8):
     a = model.args
     w = model.lm_head.weight
@@ -144,7 +173,7 @@ def head_example(head, T: int, context: int = 8, tree: int = 3):
 
 
 def build_package(kind: str, module, T: int, path: Path, autotune: bool = True) -> float:
-    """Export the T-row function of `kind` ("target": a LlamaModel, "head": an EagleHead) and
+    """Export the T-row function of `kind` ("target": a LlamaModel, "head": a draft head) and
     compile it with AOTInductor into `path` (atomically). Returns the seconds it took."""
     t0 = time.perf_counter()
     C = torch.export.Dim("C", min=16, max=1 << 20)  # any cache capacity
@@ -154,7 +183,7 @@ def build_package(kind: str, module, T: int, path: Path, autotune: bool = True) 
                   "start": None, "tree_mask": None}
     else:
         W = torch.export.Dim("W", min=1, max=1 << 16)  # tree slots so far + T
-        fn, example = HeadForward(module), head_example(module, T)
+        fn, example = head_function(module), head_example(module, T)
         shapes = {"emb": None, "features": None, "cos": None, "sin": None, "k_cache": {2: C}, "v_cache": {2: C},
                   "committed": None, "start": None, "tree_mask": {1: W}}
     with torch.no_grad():

@@ -83,6 +83,11 @@ class DraftHead(nn.Module):
         g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
         return g, self.draft_logprobs(g)
 
+    def hidden_input(self, features: torch.Tensor) -> torch.Tensor:
+        """What the head's compiled function reads as `features` (exported.py): for an EAGLE-1/2
+        head the features as given (its fc is inside the function)."""
+        return features
+
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.draft_ids is None else self.draft_ids[idx]
 

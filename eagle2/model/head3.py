@@ -65,7 +65,7 @@ class Eagle3Head(DraftHead):
         T = tokens.numel()
         if start + T > c.max_len:
             raise RuntimeError("draft cache full")
-        hidden = features if features.shape[-1] == self.args.dim else self.fc(features)
+        hidden = self.hidden_input(features)
         emb = self.embed_tokens(tokens)
         mask = attention_mask(c.length, tree_mask, T, tokens.device)
         cos, sin = self._cos[positions], self._sin[positions]
@@ -73,6 +73,11 @@ class Eagle3Head(DraftHead):
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         return super().draft_logprobs(self.norm(g))
+
+    def hidden_input(self, features: torch.Tensor) -> torch.Tensor:
+        """The layer's D-wide hidden input, as forward_cached forms it: fc of the fused target
+        states, or a fed-back output as it is (exported.Head3Forward takes this)."""
+        return features if features.shape[-1] == self.args.dim else self.fc(features)
 
     # ------------------------------------------------------------ training (eagle2_train/train.py)
 
