@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from eagle2.errors import UserError
+from eagle2.files import atomic_write
 from eagle2.model.chat import chat_ids
 
 
@@ -74,6 +75,16 @@ def batched_generate(model, seqs: list[list[int]], max_new: int, sp, gen, eos: s
     return out
 
 
+def drop_partial_line(path: Path) -> None:
+    """Cut a jsonl file back to its last whole line: a run killed while appending a batch leaves a
+    partial one, which the resumed run then writes again."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
+            f.truncate(keep)
+
+
 def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dict],
                   max_new_tokens: int, batch_size: int) -> dict:
     """Append {'id', 'variant', 'messages'} conversations to out (jsonl); skip those present.
@@ -83,6 +94,7 @@ def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dic
 
     done = set()
     if out.exists():
+        drop_partial_line(out)
         for line in out.read_text().splitlines():
             r = json.loads(line)
             done.add((r["id"], r["variant"]))
@@ -118,8 +130,8 @@ def generate_data(model, tok, prompts: list[dict], out: Path, variants: list[dic
                     n_tokens += sum(map(len, outs))
                     for j, o in zip(js, outs):
                         convs[j].append({"role": "assistant", "content": tok.decode(o, skip_special_tokens=True)})
-            for (q, v), conv in zip(chunk, convs):
-                fout.write(json.dumps({"id": q["question_id"], "variant": v["name"], "messages": conv}) + "\n")
+            fout.write("".join(json.dumps({"id": q["question_id"], "variant": v["name"], "messages": conv}) + "\n"
+                               for (q, v), conv in zip(chunk, convs)))
             fout.flush()
             bar.update(len(chunk))
     bar.close()
@@ -144,6 +156,7 @@ def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, s
     With `model.aux_layers` set (an EAGLE-3 cache) also the hidden states entering those layers,
     side by side [T, k*dim] (`aux`); index.json records the layers, and resuming checks them."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    drop_partial_line(data_path)
     rows = [json.loads(l) for l in data_path.read_text().splitlines() if l.strip()]
     index_path = out_dir / "index.json"
     layers = list(model.aux_layers)
@@ -170,7 +183,7 @@ def extract_features(model, tok, data_path: Path, out_dir: Path, max_len: int, s
         save_file(tensors, str(out_dir / f"shard{n:03d}.safetensors"))
         index["shards"].append(f"shard{n:03d}.safetensors")
         index["done"] += buf["keys"]
-        index_path.write_text(json.dumps(index))
+        atomic_write(index_path, json.dumps(index))  # a kill mid-write keeps the previous index
         for v in buf.values():
             v.clear()
 

@@ -38,3 +38,26 @@ def test_batched_generate_matches_single_sequence_greedy(tiny_target):
     pack_linears(model)
     assert model.lm_head.packed is not None
     assert batched_generate(model, seqs, 20, SamplingParams(temperature=0.0), None, eos) == ref
+
+
+def test_a_data_file_cut_mid_line_resumes(tiny_target, tmp_path):
+    """A run killed while appending a batch leaves a partial last line: the resumed data stage
+    drops it and answers that prompt again, so the file ends with whole lines, one per prompt."""
+    import json
+    from transformers import AutoTokenizer
+    from eagle2_train.selfdistill import generate_data
+    folder, _ = tiny_target()
+    model = load_target(folder, torch.device("cpu"), torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    prompts = [{"question_id": i, "turns": [f"w{i} w{i + 1} w{i + 2}"]} for i in range(1, 5)]
+    greedy = [{"name": "greedy", "temperature": 0.0}]
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    generate_data(model, tok, prompts, whole, greedy, 6, 4)
+    lines = whole.read_text().splitlines(keepends=True)
+    cut.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed inside the third line
+    rate = generate_data(model, tok, prompts, cut, greedy, 6, 4)
+    assert rate["tokens"] > 0  # the two prompts not whole were answered again
+    got = [json.loads(ln) for ln in cut.read_text().splitlines()]
+    assert sorted(r["id"] for r in got) == [1, 2, 3, 4]
+    assert sorted(got, key=lambda r: r["id"]) == sorted(map(json.loads, lines), key=lambda r: r["id"])
