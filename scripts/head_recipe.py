@@ -12,7 +12,8 @@ every assets/prompts/train*.jsonl prompt, and to the 60 held-out ones), features
 writing the EAGLE-3 cache, which also holds the final features the EAGLE-1/2 head reads), e3 and
 e12 (the two kinds, from random init on the same data, stopped by held-out loss), eval (held-out
 agreement at depths 1-3 of each head and of the shipped one), tau (tau over the 60 held-out
-prompts), table (scripts/head_table.py).
+prompts), table (scripts/head_table.py), curves (viz/train_report.py: both heads' training curves,
+beside the run folder, and their per-epoch tables).
 """
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
         "tau": [py + ["tau", "--head", str(h), "--out", str(out / f"tau-{k}"), *t] for k, (h, _) in heads.items()],
         "table": [[sys.executable, str(REPO / "scripts" / "head_table.py"),
                    *(f"{k}={run.with_name(f'{run.name}-eval-{k}')},{out / f'tau-{k}'}" for k in heads)]],
+        "curves": [[sys.executable, "-m", "viz.train_report", *(f"{k}={heads[k][0].parent}" for k in ("e3", "e12")),
+                    "--out", str(run.with_name(run.name + "-curves.html")), "--markdown"]],
     }
 
 
