@@ -7,8 +7,11 @@ machine whose ~/.cache was wiped (then the data and features are regenerated, de
     python scripts/head_recipe.py --dry-run        # print the commands
     python scripts/head_recipe.py --status         # how far each step got (reads files, runs nothing)
 
-Steps: prompts (the self-instruct blocks up to 8,000 jobs), data (the target's greedy answers to
-every assets/prompts/train*.jsonl prompt, and to the 60 held-out ones), features (one target pass
+Steps: prompts (the self-instruct blocks up to 8,000 jobs), restore (the answers kept in
+assets/selfdistill/, sha256-checked), data (the target's greedy answers to every
+assets/prompts/train*.jsonl prompt, and to the 60 held-out ones, for those still missing), archive
+(the answers back into assets/selfdistill/: commit them, and a wiped machine skips the data
+step), features (one target pass
 writing the EAGLE-3 cache, which also holds the final features the EAGLE-1/2 head reads), e3 and
 e12 (the two kinds, from random init on the same data, stopped by held-out loss), eval (held-out
 agreement at depths 1-3 of each head and of the shipped one), tau (tau over the 60 held-out
@@ -27,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = "assets/heads/smollm2-135m"
 TRAIN = ["--stages", "train", "--ttt-steps", "3", "--epochs", "12", "--patience", "2", "--batch-tokens", "2048",
-         "--draft-vocab", "8192"]
+         "--draft-vocab", "8192", "--compile"]
 
 
 def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
@@ -37,8 +40,10 @@ def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
              "e12": (run.with_name(run.name + "-e12") / "head", "eagle"), "shipped": (Path(SHIPPED), "eagle")}
     return {
         "prompts": [py + ["prompts", "--n", "8000", "--batch", "64", *t]],
+        "restore": [[sys.executable, "-m", "eagle2_train.data_archive", "restore", "--run", str(run)]],
         "data": [py + ["train", "--out", str(run), "--stages", "data", "--variants", "greedy", "--max-new-tokens", "192",
-                       "--gen-batch", "48", *t]],
+                       "--gen-batch", "96", "--gen-dtype", "auto", *t]],
+        "archive": [[sys.executable, "-m", "eagle2_train.data_archive", "save", "--run", str(run)]],
         "features": [py + ["train", "--out", str(run), "--stages", "features", "--head-kind", "eagle3", *t]],
         "e3": [py + ["train", "--out", str(heads["e3"][0].parent), "--features", str(run), "--head-kind", "eagle3",
                      "--lr", "1e-3", *TRAIN, *t]],
@@ -87,6 +92,12 @@ def status(run: Path, out: Path) -> list[str]:
     n_held = len(read_prompts(REPO / "assets" / "prompts" / "heldout.jsonl"))
     rows = [f"data: train {_lines(run / 'data_train.jsonl'):,} of {n_train:,} prompts answered, held-out "
             f"{_lines(run / 'data_heldout.jsonl')} of {n_held}"]
+    manifest = REPO / "assets" / "selfdistill" / "manifest.json"
+    if manifest.exists():
+        kept = json.loads(manifest.read_text())["splits"]
+        rows.append("archive (assets/selfdistill): " + ", ".join(f"{s} {v['lines']:,}" for s, v in kept.items()))
+    else:
+        rows.append("archive (assets/selfdistill): none")
     for split in ("train", "heldout"):
         index = run / f"features3_{split}" / "index.json"
         done = len(json.loads(index.read_text())["done"]) if index.exists() else 0

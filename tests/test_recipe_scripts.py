@@ -24,7 +24,7 @@ def test_the_recipe_plans_every_step_in_order(capsys, tmp_path):
     recipe = script("head_recipe")
     assert recipe.main(["--dry-run", "--run", str(tmp_path / "r"), "--out", str(tmp_path / "o")]) == 0
     steps = [ln.split("]")[0][1:] for ln in capsys.readouterr().out.splitlines()]
-    assert list(dict.fromkeys(steps)) == ["prompts", "data", "features", "e3", "e12", "eval", "tau", "table",
+    assert list(dict.fromkeys(steps)) == ["prompts", "restore", "data", "archive", "features", "e3", "e12", "eval", "tau", "table",
                                                "curves"]
     assert recipe.main(["--steps", "data,nope", "--dry-run"]) == 2
 

@@ -70,3 +70,20 @@ def test_init_must_be_a_head_folder(tmp_path):
         train_main(["--out", str(tmp_path), "--stages", "train", "--features", str(tmp_path / "none")])
     with pytest.raises(UserError, match="--ttt-steps"):
         train_main(["--out", str(tmp_path), "--ttt-steps", "0"])
+
+
+def test_the_data_stage_answers_in_the_chosen_dtype(tmp_path):
+    """--gen-dtype sets the target's dtype for the answers only (recorded with the rate); the
+    feature and train stages load the fp32 target again. An unknown stage is refused."""
+    from eagle2.errors import UserError
+    out = tmp_path / "run"
+    assert train_main(["--out", str(out), "--stages", "data", "--limit-prompts", "2", "--max-new-tokens", "4",
+                       "--variants", "greedy", "--gen-dtype", "bf16", "--threads", "1"]) == 0
+    rates = [json.loads(l) for l in (out / "data_rate.jsonl").read_text().splitlines()]
+    assert [r["dtype"] for r in rates] == ["bfloat16", "bfloat16"] and all(r["tokens"] > 0 for r in rates)
+    assert len((out / "data_train.jsonl").read_text().splitlines()) == 2
+    assert train_main(["--out", str(out), "--stages", "features", "--limit-prompts", "2", "--threads", "1"]) == 0
+    from safetensors.torch import load_file
+    assert load_file(str(next((out / "features_train").glob("shard*.safetensors"))))["feat"].dtype == torch.float16
+    with pytest.raises(UserError, match="--stages"):
+        train_main(["--out", str(out), "--stages", "data,nope"])

@@ -268,3 +268,30 @@ def test_input_scale_trains_on_unit_states_and_saves_the_raw_state_weight(target
     fine.fc.weight.data.copy_(saved)
     scale_fc_inputs(fine, convs, fresh=False)
     assert torch.allclose((x * fine.input_scale) @ fine.fc.weight.T, x @ saved.T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_the_compiled_loss_matches_the_eager_one(run, target):
+    """train --compile's loss_core through torch.compile gives the eager loss, agreements and
+    gradients of an EAGLE-3 head with unrolled passes, to float rounding, over batches of
+    different shapes (one compiled graph serves them all)."""
+    from eagle2_train.train import batches, compiled_core
+    from eagle2_train.train_heads import build_head, objective
+    from eagle2_train.train_loss import collate, head_loss
+    a = build_parser().parse_args(["--out", str(run), "--head-kind", "eagle3", "--ttt-steps", "3",
+                                   "--init", str(run / "head")])
+    tgt = load_target(target[0], torch.device("cpu"), torch.float32)
+    for p in tgt.parameters():
+        p.requires_grad_(False)
+    convs = load_features(run / "features3_train")
+    head, _ = build_head(a, tgt, convs, torch.device("cpu"), AUX)
+    head.train()
+    obj = objective(a, tgt.lm_head.weight.detach()[head.draft_ids])
+    params = [p for p in head.parameters() if p.requires_grad]
+    for batch in list(batches(convs, 256, True, random.Random(0)))[:3]:
+        x = collate(batch, torch.device("cpu"), "aux")
+        (l1, s1), (l2, s2) = (head_loss(head, *x, obj, ttt_steps=3, core=c) for c in (None, compiled_core()))
+        assert abs(float(l1) - float(l2)) <= 1e-4 * abs(float(l1)) and s1["n"] == s2["n"]
+        assert all(abs(s1[k] - s2[k]) <= 1e-6 + 1.0 / s1["n"] for k in s1)
+        g1, g2 = torch.autograd.grad(l1, params), torch.autograd.grad(l2, params)
+        assert all((u - v).norm() <= 1e-3 * (u.norm() + 1e-6) for u, v in zip(g1, g2))

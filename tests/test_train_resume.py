@@ -201,3 +201,24 @@ def test_bf16_autocast_trains_the_same_run_within_rounding(feats, tmp_path):
     assert train_mod.amp_dtype("off", torch.device("cpu")) is None
     assert train_mod.amp_dtype("bf16", torch.device("cpu")) is torch.bfloat16
     assert train_mod.amp_dtype("auto", torch.device("cpu")) in (None, torch.bfloat16)
+
+
+@pytest.mark.slow
+def test_the_compiled_step_trains_the_same_run_within_rounding(feats, tmp_path):
+    """--compile runs the step's forward and loss through torch.compile (not a shaping flag: the
+    same run to float rounding, so a run may resume with or without it)."""
+    runs = {}
+    for name, extra in (("eager", ()), ("compiled", ("--compile",))):
+        out = tmp_path / name
+        assert run(feats, out, "--amp", "off", "--noise", 0, *extra) == 0
+        runs[name] = json.loads((out / "train_log.json").read_text())
+    a, b = runs["eager"]["step_losses"], runs["compiled"]["step_losses"]
+    assert len(a) == len(b) and all(abs(x - y) <= 1e-3 * x for x, y in zip(a, b))
+    ea, eb = runs["eager"]["epochs"][-1], runs["compiled"]["epochs"][-1]
+    assert abs(ea["heldout_loss"] - eb["heldout_loss"]) <= 1e-3 * ea["heldout_loss"]
+    assert abs(ea["heldout_top1"] - eb["heldout_top1"]) <= 0.02
+    # with the default input noise (drawn inside the compiled graph) and bf16 autocast it trains too
+    out = tmp_path / "noisy"
+    assert run(feats, out, "--compile", "--amp", "bf16") == 0
+    log = json.loads((out / "train_log.json").read_text())
+    assert len(log["epochs"]) == 3 and log["epochs"][-1]["heldout_loss"] < log["epochs"][0]["heldout_loss"]
