@@ -79,8 +79,8 @@ def restore(run: Path, archive: Path = ARCHIVE) -> dict[str, int]:
         if dst.exists():
             drop_partial_line(dst)
             have = {(r["id"], r["variant"]) for r in map(json.loads, dst.read_text().splitlines())}
-        new = [line for line in text.splitlines()
-               if (json.loads(line)["id"], json.loads(line)["variant"]) not in have]
+        new = [line for line, r in ((line, json.loads(line)) for line in text.splitlines())
+               if (r["id"], r["variant"]) not in have]
         with open(dst, "a") as f:
             f.write("".join(l + "\n" for l in new))
         added[split] = len(new)

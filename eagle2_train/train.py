@@ -12,6 +12,7 @@ data) recorded as `d2t` when --draft-vocab > 0, and a model card.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -176,17 +177,25 @@ def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if native else None
 
 
-_COMPILED = []
-
-
+@functools.cache
 def compiled_core():
     """loss_core through torch.compile, built once per process: batch shapes vary, so dynamic
     shapes (a handful of graphs: the first few batches compile, the rest reuse them)."""
-    if not _COMPILED:
-        import torch._dynamo
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
-        _COMPILED.append(torch.compile(loss_core, dynamic=True))
-    return _COMPILED[0]
+    import torch._dynamo
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
+    return torch.compile(loss_core, dynamic=True)
+
+
+def train_step(head, batch, obj: Objective, opt, params, ttt_steps: int, device, amp=None, core=None):
+    """One optimizer step on one batch (the forward under bf16 autocast when `amp`, through `core`
+    when given); returns head_loss's (loss, stats). The schedule is the caller's."""
+    with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+        loss, st = head_loss(head, *collate(batch, device, obj.inputs), obj, ttt_steps=ttt_steps, core=core)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 0.5)
+    opt.step()
+    return loss, st
 
 
 def train_epoch(a, head, train_convs, device, opt, sched, params, rng, steps_per_epoch, epoch,
@@ -206,13 +215,8 @@ def train_epoch(a, head, train_convs, device, opt, sched, params, rng, steps_per
     amp = amp_dtype(a.amp, device)
     core = compiled_core() if a.compile else None
     for i, batch in enumerate(bar, start=done):
-        with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-            loss, st = head_loss(head, *collate(batch, device, obj.inputs), obj, ttt_steps=a.ttt_steps, core=core)
+        loss, st = train_step(head, batch, obj, opt, params, a.ttt_steps, device, amp, core)
         agree = st["top1"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5)
-        opt.step()
         sched.step()
         lv = float(loss.detach())
         losses.append(round(lv, 5))
@@ -378,10 +382,9 @@ def main(argv=None) -> int:
     if not stages & {"features", "train"}:
         return 0
     target = load_target(folder, dev, dtype if "features" in stages else torch.float32)
-    if "features" in stages:
-        pack_linears(target)
     aux = parse_aux_layers(a.aux_layers, target.args.n_layers) if a.head_kind == "eagle3" else ()
     if "features" in stages:
+        pack_linears(target)
         target.aux_layers = aux  # EAGLE-3: the cache also holds these layers' input states
         for split in ("train", "heldout"):
             extract_features(target, tok, out / f"data_{split}.jsonl", out / cache_name(a.head_kind, split),

@@ -38,9 +38,8 @@ def main(argv=None) -> int:
     from eagle2.model.loading import load_target
     from eagle2.model.weights import DEFAULT_PRESET
     from eagle2_train.selfdistill import load_features
-    from eagle2_train.train import batches, build_parser, compiled_core, target_folder
+    from eagle2_train.train import batches, build_parser, compiled_core, target_folder, train_step
     from eagle2_train.train_heads import build_head, cache_for, objective, parse_aux_layers
-    from eagle2_train.train_loss import collate, head_loss
 
     cpu = torch.device("cpu")
     targs = build_parser().parse_args(["--out", "-", "--head-kind", a.head_kind, "--ttt-steps", str(a.ttt_steps),
@@ -66,12 +65,7 @@ def main(argv=None) -> int:
         core = compiled_core() if mode == "compiled" else None
         t = time.perf_counter()
         for b in bs:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-                loss, _ = head_loss(head, *collate(b, cpu, obj.inputs), obj, ttt_steps=a.ttt_steps, core=core)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 0.5)
-            opt.step()
+            train_step(head, b, obj, opt, params, a.ttt_steps, cpu, torch.bfloat16 if amp else None, core)
         return ntok / (time.perf_counter() - t)
 
     warm = {name: round(one_round(*cfg), 1) for name, cfg in configs.items()}
