@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = "assets/heads/smollm2-135m"
-TRAIN = ["--stages", "train", "--ttt-steps", "3", "--epochs", "8", "--patience", "2", "--batch-tokens", "2048",
+TRAIN = ["--stages", "train", "--ttt-steps", "3", "--epochs", "12", "--patience", "2", "--batch-tokens", "2048",
          "--draft-vocab", "8192", "--compile"]
 
 

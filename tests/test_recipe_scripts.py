@@ -67,3 +67,37 @@ def test_the_table_is_built_from_the_runs(capsys, tmp_path):
     (bad / "tau.json").write_text(json.dumps({**json.loads((tau / "tau.json").read_text()), "identical": False}))
     with pytest.raises(SystemExit, match="disagreed"):
         table.main([f"shipped={ev},{bad}"])
+
+
+def test_a_head_ships_with_a_card_from_the_runs_that_judged_it(tmp_path):
+    ship = script("ship_head")
+    run = tmp_path / "run-e3"
+    head = run / "head"
+    head.mkdir(parents=True)
+    (head / "config.json").write_text("{}")
+    (head / "model.safetensors").write_bytes(b"weights")
+    (head / "README.md").write_text("# EAGLE-3 draft head\n\ntrainer's card\n")
+    (run / "train_log.json").write_text(json.dumps({"epochs": [{"epoch": 1}]}))
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    rec = {"epoch": 0, "init": str(head), "heldout_top1": 0.61, "heldout_top1_step2": 0.55, "heldout_top1_step3": 0.5}
+    (ev / "train_log.json").write_text(json.dumps({"epochs": [rec]}))
+    shipped = json.loads((REPO / "benchmarks" / "head-r3" / "tau-shipped" / "tau.json").read_text())
+    tau = tmp_path / "tau"
+    tau.mkdir()
+    (tau / "tau.json").write_text(json.dumps({**shipped, "head_sha256": ship.sha256_of(head / "model.safetensors")}))
+    dest = tmp_path / "assets" / "heads" / "new"
+    assert ship.main([str(head), str(dest), "--eval", str(ev), "--tau", str(tau)]) == 0
+    assert (dest / "model.safetensors").read_bytes() == b"weights" and (dest / "train_log.json").exists()
+    text = (dest / "README.md").read_text()
+    assert text.startswith("# EAGLE-3 draft head") and "| this head | 0.610 | 0.550 | 0.500 | 2.67 |" in text
+    assert "| eagle2 (60,5,10) | **2.67** |" in text and ship.sha256_of(head / "model.safetensors") in text
+
+    (tau / "tau.json").write_text(json.dumps(shipped))  # another head's tau: refused, DEST untouched
+    (dest / "README.md").write_text("kept")
+    with pytest.raises(SystemExit, match="tau run is of weights"):
+        ship.main([str(head), str(dest), "--eval", str(ev), "--tau", str(tau)])
+    assert (dest / "README.md").read_text() == "kept"
+    (ev / "train_log.json").write_text(json.dumps({"epochs": [{**rec, "init": str(tmp_path)}]}))
+    with pytest.raises(SystemExit, match="the evaluation is of"):
+        ship.main([str(head), str(dest), "--eval", str(ev), "--tau", str(tau)])

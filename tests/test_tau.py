@@ -1,13 +1,15 @@
 """`python -m eagle2 tau`: tau of the shipped head over a prompt file, per tree shape and category;
 every shape's output equals plain greedy decoding; bad --trees is a one-line error."""
 import json
+from pathlib import Path
 
 import pytest
 
 from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
 from eagle2.tools.cli import main as cli_main
-from eagle2.tools.tau import parse_trees
+from eagle2.model.weights import PRESETS, sha256_of
+from eagle2.tools.tau import head_digest, parse_trees
 
 PROMPTS = [{"question_id": 1, "category": "math", "turns": ["What is 12 plus 30?"]},
            {"question_id": 2, "category": "writing", "turns": ["Write one line about rain.", "Make it shorter."]}]
@@ -22,6 +24,7 @@ def test_tau_per_tree_and_category_and_identical_to_plain(tmp_path, real_bundle)
                      "--threads", "1", "--out", str(out)]) == 0
     s = json.loads((out / "tau.json").read_text())
     assert set(s["trees"]) == {"eagle2 (12,3,4)", "static"} and s["identical"] and s["n_prompts"] == 2
+    assert s["head_sha256"] == sha256_of(Path(PRESETS["smollm2-135m"].head) / "model.safetensors")  # the shipped head's
     for r in s["trees"].values():
         assert r["tau"] == r["new_tokens"] / r["target_forwards"] and 1.0 <= r["tau"] <= 4.0
         assert set(r["by_category"]) == {"math", "writing"}
@@ -37,6 +40,12 @@ def test_tau_per_tree_and_category_and_identical_to_plain(tmp_path, real_bundle)
         n += len(d.generated)
         msgs.append({"role": "assistant", "content": d.summary()["text"]})
     assert all(r["new_tokens"] == n for r in s["trees"].values())
+
+
+def test_the_head_digest_is_of_a_local_head_only(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    assert head_digest("smollm2-135m", str(tmp_path)) == sha256_of(tmp_path / "model.safetensors")
+    assert head_digest("smollm2-135m", "random") is None and head_digest("some/hub-id", "org/head") is None
 
 
 def test_trees_parse_and_bad_shapes_are_user_errors(tmp_path, capsys):

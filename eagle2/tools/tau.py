@@ -24,6 +24,7 @@ from ..decoding.decoder import Decoder
 from ..errors import UserError, check
 from ..machine import cpu_info
 from ..model.loading import load_bundle
+from ..model.weights import PRESETS, sha256_of
 from ..cycle.sampling import SamplingParams
 from ..policies.registry import BASELINE, DEFAULT
 from .bench import run_one
@@ -50,6 +51,15 @@ def parse_trees(spec: str) -> list[tuple[str, str, dict]]:
         out.append((f"{DEFAULT} ({n},{d},{k})", DEFAULT, {"total_tokens": n, "depth": d, "top_k": k}))
     check(len(out) > 0, "--trees names no tree.")
     return out
+
+
+def head_digest(target: str, head: str | None) -> str | None:
+    """sha256 of the head's model.safetensors when it is a local folder (the preset's shipped head
+    by default): ties the figures to the weights, so a head is shipped with its own tau."""
+    if head is None and target in PRESETS:
+        head = PRESETS[target].head
+    f = Path(str(head)).expanduser() / "model.safetensors" if head not in (None, "random") else None
+    return sha256_of(f) if f is not None and f.is_file() else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +101,7 @@ def main(argv=None) -> int:
     res = {label: {"tau": c["all"][0] / max(c["all"][1], 1), "new_tokens": c["all"][0], "target_forwards": c["all"][1],
                    "by_category": {cat: v[0] / max(v[1], 1) for cat, v in sorted(c.items()) if cat != "all"}}
            for label, c in tot.items()}
-    summary = {"head": bundle.head_name, "model": bundle.name, "prompts": str(a.prompts), "n_prompts": len(prompts),
+    summary = {"head": bundle.head_name, "head_sha256": head_digest(a.target, a.head), "model": bundle.name, "prompts": str(a.prompts), "n_prompts": len(prompts),
                "max_new_tokens": a.max_new_tokens, "trees": res, "identical": not mismatches,
                "mismatches": mismatches, "seconds": round(time.perf_counter() - t0, 1),
                "threads": torch.get_num_threads(), "machine": {**cpu_info(), "torch": torch.__version__},
