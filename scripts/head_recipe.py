@@ -21,6 +21,7 @@ beside the run folder, and their per-epoch tables).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import subprocess
@@ -58,6 +59,41 @@ def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
         "curves": [[sys.executable, "-m", "viz.train_report", *(f"{k}={heads[k][0].parent}" for k in ("e3", "e12")),
                     "--out", str(run.with_name(run.name + "-curves.html")), "--markdown"]],
     }
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def at_run_time(name: str, cmd: list[str]) -> tuple[list[str] | None, str]:
+    """The planned command as it can run now: None (with why) for a head not trained yet or a tau
+    run already made of these very weights; the table and the curves keep only the heads whose
+    runs exist (a recipe part-way through, e.g. before the EAGLE-1/2 run, still reports)."""
+    for flag in ("--init", "--head"):
+        if flag in cmd:
+            head = Path(cmd[cmd.index(flag) + 1])
+            if not (head / "config.json").exists():
+                return None, f"{head} is not trained yet"
+            if name == "tau":
+                done = Path(cmd[cmd.index("--out") + 1]) / "tau.json"
+                if done.exists() and json.loads(done.read_text()).get("head_sha256") == _sha256(
+                        head / "model.safetensors"):
+                    return None, f"{done} is of these weights already"
+    if name in ("table", "curves"):
+        def ready(spec: str) -> bool:
+            parts = [Path(x) for x in spec.split("=", 1)[1].split(",")]
+            need = ([parts[0] / "train_log.json", parts[1] / "tau.json"] if name == "table"
+                    else [parts[0] / "train_log.json"])
+            return all(f.exists() for f in need)
+        first = cmd.index("--out") if name == "curves" else len(cmd)
+        specs = [x for x in cmd[2 if name == "table" else 3:first] if "=" in x]
+        kept = [x for x in specs if ready(x)]
+        if not kept:
+            return None, "no head has its runs yet"
+        cmd = [x for x in cmd if x not in specs or x in kept]
+        if len(kept) < len(specs):
+            return cmd, "without " + ", ".join(x.split("=")[0] for x in specs if x not in kept) + " (runs missing)"
+    return cmd, ""
 
 
 def _lines(path: Path) -> int:
@@ -130,8 +166,12 @@ def main(argv=None) -> int:
         print(f"unknown step(s) {unknown}; known: {', '.join(plan)}", file=sys.stderr)
         return 2
     for name in chosen:
-        for cmd in plan[name]:
-            print(f"[{name}] {shlex.join(cmd)}", flush=True)
+        for planned in plan[name]:
+            cmd, why = (planned, "") if a.dry_run else at_run_time(name, planned)
+            if cmd is None:
+                print(f"[{name}] skipped: {why}", flush=True)
+                continue
+            print(f"[{name}] {shlex.join(cmd)}" + (f"  ({why})" if why else ""), flush=True)
             if not a.dry_run and subprocess.run(cmd, cwd=REPO).returncode != 0:
                 print(f"step {name} failed; fix it and run the same command again (finished work is kept)",
                       file=sys.stderr)

@@ -101,3 +101,28 @@ def test_a_head_ships_with_a_card_from_the_runs_that_judged_it(tmp_path):
     (ev / "train_log.json").write_text(json.dumps({"epochs": [{**rec, "init": str(tmp_path)}]}))
     with pytest.raises(SystemExit, match="the evaluation is of"):
         ship.main([str(head), str(dest), "--eval", str(ev), "--tau", str(tau)])
+
+
+def test_a_step_runs_only_for_heads_that_exist_and_tau_once_per_weights(tmp_path):
+    recipe = script("head_recipe")
+    run, out = tmp_path / "r", tmp_path / "o"
+    plan = recipe.steps(run, out, "2")
+    evals = {c[c.index("--init") + 1]: c for c in plan["eval"]}
+    e12 = str(run.with_name("r-e12") / "head")
+    assert recipe.at_run_time("eval", evals[e12]) == (None, f"{e12} is not trained yet")
+    shipped = [c for c in plan["tau"] if c[c.index("--head") + 1] == recipe.SHIPPED][0]
+    done = out / "tau-shipped" / "tau.json"
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"head_sha256": "another head's"}))
+    assert recipe.at_run_time("tau", shipped) == (shipped, "")  # other weights: measured again
+    done.write_text(json.dumps({"head_sha256": recipe._sha256(REPO / recipe.SHIPPED / "model.safetensors")}))
+    assert recipe.at_run_time("tau", shipped)[0] is None
+    assert recipe.at_run_time("table", plan["table"][0]) == (None, "no head has its runs yet")
+    (run.with_name("r-eval-shipped")).mkdir(parents=True)
+    (run.with_name("r-eval-shipped") / "train_log.json").write_text("{}")
+    cmd, why = recipe.at_run_time("table", plan["table"][0])
+    assert [x.split("=")[0] for x in cmd[2:]] == ["shipped"] and why == "without e3, e12 (runs missing)"
+    (run.with_name("r-e3")).mkdir()
+    (run.with_name("r-e3") / "train_log.json").write_text("{}")
+    cmd, why = recipe.at_run_time("curves", plan["curves"][0])
+    assert [x for x in cmd if "=" in x] == [f"e3={run.with_name('r-e3')}"] and cmd[-3] == "--out"
