@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from head_table import COLUMNS, DYN, last_eval, row  # noqa: E402
+from viz.train_report import epoch_table  # noqa: E402
 
 
 def sha256_of(path: Path) -> str:
@@ -52,11 +54,20 @@ def by_category(tau: dict) -> str:
     return "\n".join(lines)
 
 
-def card(head: Path, ev: dict, tau: dict, bench: Path | None, compare: list[tuple[str, dict, dict]]) -> str:
-    trainer = (head / "README.md").read_text().rstrip() if (head / "README.md").exists() else "# Draft head"
+def card(head: Path, ev: dict, tau: dict, bench: Path | None, compare: list[tuple[str, dict, dict]],
+         trained: str = "") -> str:
+    trainer = (head / "README.md").read_text() if (head / "README.md").exists() else "# Draft head"
+    trainer = trainer.replace("Per-epoch figures: `train_log.json` in the run folder.", "").rstrip()
+    log = head.parent / "train_log.json"
+    epochs = ""
+    if log.exists() and json.loads(log.read_text()).get("epochs"):
+        epochs = ("\n\n## Training, epoch by epoch\n\n" + (trained + "\n\n" if trained else "") +
+                  epoch_table("this head", json.loads(log.read_text())))
     m = tau.get("machine", {})
+    repo = str(Path(__file__).resolve().parents[1]) + "/"  # the card names no machine's folders
+    command = tau["command"].replace(repo, "").replace(str(Path.home()), "~")
     rows = [row("this head", ev, tau, bench)] + [row(label, e, t, None) for label, e, t in compare]
-    return f"""{trainer}
+    return f"""{trainer}{epochs}
 
 ## Judged on the {tau['n_prompts']} held-out prompts
 
@@ -70,7 +81,7 @@ tau by prompt category:
 
 {by_category(tau)}
 
-Commands: `{tau['command']}` ({tau['seconds']:.0f} s, {tau['threads']} threads, {m.get('cpu', '?')}
+Commands: `{command}` ({tau['seconds']:.0f} s, {tau['threads']} threads, {m.get('cpu', '?')}
 family {m.get('family', '?')} model {m.get('model', '?')}, torch {m.get('torch', '?')}; tau does not
 depend on the machine); the agreement: `python -m eagle2 train --stages train --init HEAD --epochs 0
 --ttt-steps 3 --features RUN` on the recipe's held-out cache (`scripts/head_recipe.py`, step `eval`).
@@ -87,6 +98,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tau", type=Path, required=True)
     ap.add_argument("--bench", type=Path, default=None)
     ap.add_argument("--compare", action="append", default=[], help="LABEL=EVAL,TAU: another head's row")
+    ap.add_argument("--trained", default="", help="how the run was made: its command and machine (a sentence)")
     a = ap.parse_args(argv)
     for f in ("config.json", "model.safetensors"):
         if not (a.head / f).is_file():
@@ -98,7 +110,7 @@ def main(argv: list[str]) -> int:
         label, dirs = spec.split("=", 1)
         e, t = dirs.split(",")
         compare.append((label, last_eval(Path(e)), json.loads((Path(t) / "tau.json").read_text())))
-    text = card(a.head, ev, tau, a.bench, compare)  # before copying: a refused card leaves DEST as it was
+    text = card(a.head, ev, tau, a.bench, compare, a.trained)  # before copying: a refused card leaves DEST as it was
     a.dest.mkdir(parents=True, exist_ok=True)
     for f in ("config.json", "model.safetensors"):
         shutil.copyfile(a.head / f, a.dest / f)

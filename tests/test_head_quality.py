@@ -39,3 +39,25 @@ def test_shipped_head_tau_on_heldout_prompts(real_bundle, policy):
     # 2.56 on these prompts (2 threads), the one before it 2.59-2.60 and earlier ones 2.53 and
     # 2.31: its higher held-out agreement did not move tau on these 3 prompts. The bar is 2.5.
     assert tau >= 2.5, f"EAGLE-2 tau with the shipped head is {tau:.2f} (< 2.5)"
+
+
+@pytest.mark.slow
+def test_the_shipped_eagle3_head_loads_and_is_lossless():
+    """assets/heads/smollm2-135m-eagle3 (`scripts/ship_head.py`): an EAGLE-3 head reading the target's
+    layers 2, 15 and 27; greedy EAGLE-2 and the static tree with it equal plain decoding."""
+    from eagle2.model.loading import load_bundle
+    bundle = load_bundle(head=str(ASSETS / "heads" / "smollm2-135m-eagle3"))
+    assert type(bundle.head).__name__ == "Eagle3Head" and bundle.target.aux_layers == (2, 15, 27)
+    toks = fwds = 0
+    for p in heldout(2):
+        out = {}
+        for policy in ("plain", "eagle2", "static"):
+            d = Decoder(bundle, policy, max_new_tokens=48, record=False)
+            d.start(p)
+            d.generate()
+            out[policy] = d.generated
+            if policy == "eagle2":
+                toks, fwds = toks + len(d.generated), fwds + d.target_forwards
+        assert out["eagle2"] == out["plain"] and out["static"] == out["plain"]
+    # 3.27 over all 60 held-out prompts (its model card); a random head gives 1.00
+    assert toks / fwds >= 2.5, f"EAGLE-2 tau with the shipped EAGLE-3 head is {toks / fwds:.2f}"

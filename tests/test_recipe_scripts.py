@@ -77,7 +77,9 @@ def test_a_head_ships_with_a_card_from_the_runs_that_judged_it(tmp_path):
     (head / "config.json").write_text("{}")
     (head / "model.safetensors").write_bytes(b"weights")
     (head / "README.md").write_text("# EAGLE-3 draft head\n\ntrainer's card\n")
-    (run / "train_log.json").write_text(json.dumps({"epochs": [{"epoch": 1}]}))
+    (run / "train_log.json").write_text(json.dumps({"epochs": [
+        {"epoch": 1, "train_loss": 9.0, "heldout_loss": 2.5, "heldout_top1": 0.5, "wall_s": 600},
+        {"epoch": 2, "train_loss": 8.0, "heldout_loss": 2.2, "heldout_top1": 0.61, "wall_s": 1200}]}))
     ev = tmp_path / "eval"
     ev.mkdir()
     rec = {"epoch": 0, "init": str(head), "heldout_top1": 0.61, "heldout_top1_step2": 0.55, "heldout_top1_step3": 0.5}
@@ -87,10 +89,11 @@ def test_a_head_ships_with_a_card_from_the_runs_that_judged_it(tmp_path):
     tau.mkdir()
     (tau / "tau.json").write_text(json.dumps({**shipped, "head_sha256": ship.sha256_of(head / "model.safetensors")}))
     dest = tmp_path / "assets" / "heads" / "new"
-    assert ship.main([str(head), str(dest), "--eval", str(ev), "--tau", str(tau)]) == 0
+    assert ship.main([str(head), str(dest), "--eval", str(ev), "--tau", str(tau), "--trained", "By the recipe."]) == 0
     assert (dest / "model.safetensors").read_bytes() == b"weights" and (dest / "train_log.json").exists()
     text = (dest / "README.md").read_text()
     assert text.startswith("# EAGLE-3 draft head") and "| this head | 0.610 | 0.550 | 0.500 | 2.67 |" in text
+    assert "By the recipe.\n\n| this head epoch |" in text and "| 2 (kept) | 8.000 | 2.200 | 0.610 |" in text
     assert "| eagle2 (60,5,10) | **2.67** |" in text and ship.sha256_of(head / "model.safetensors") in text
 
     (tau / "tau.json").write_text(json.dumps(shipped))  # another head's tau: refused, DEST untouched
