@@ -21,7 +21,6 @@ beside the run folder, and their per-epoch tables).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shlex
 import subprocess
@@ -29,6 +28,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from eagle2.model.weights import sha256_of  # noqa: E402  (stdlib only at import)
 SHIPPED = "assets/heads/smollm2-135m"
 TRAIN = ["--stages", "train", "--ttt-steps", "3", "--epochs", "12", "--patience", "2", "--batch-tokens", "2048",
          "--draft-vocab", "8192", "--compile"]
@@ -61,10 +62,6 @@ def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
     }
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def at_run_time(name: str, cmd: list[str]) -> tuple[list[str] | None, str]:
     """The planned command as it can run now: None (with why) for a head not trained yet or a tau
     run already made of these very weights; the table and the curves keep only the heads whose
@@ -76,7 +73,7 @@ def at_run_time(name: str, cmd: list[str]) -> tuple[list[str] | None, str]:
                 return None, f"{head} is not trained yet"
             if name == "tau":
                 done = Path(cmd[cmd.index("--out") + 1]) / "tau.json"
-                if done.exists() and json.loads(done.read_text()).get("head_sha256") == _sha256(
+                if done.exists() and json.loads(done.read_text()).get("head_sha256") == sha256_of(
                         head / "model.safetensors"):
                     return None, f"{done} is of these weights already"
     if name in ("table", "curves"):
@@ -122,7 +119,6 @@ def _training(folder: Path) -> str:
 
 def status(run: Path, out: Path) -> list[str]:
     """One line per step: how far it got, read from its files."""
-    sys.path.insert(0, str(REPO))
     from eagle2.tools.prompt_files import read_prompts
     n_train = sum(len(read_prompts(f)) for f in sorted((REPO / "assets" / "prompts").glob("train*.jsonl")))
     n_held = len(read_prompts(REPO / "assets" / "prompts" / "heldout.jsonl"))

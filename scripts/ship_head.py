@@ -11,7 +11,6 @@ head and any --compare rows), tau by category, and the commands: no figure is co
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -20,11 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from head_table import COLUMNS, DYN, last_eval, row  # noqa: E402
+from eagle2.model.weights import sha256_of  # noqa: E402
 from viz.train_report import epoch_table  # noqa: E402
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def check_of_this_head(head: Path, ev: dict, tau: dict) -> None:
@@ -58,11 +54,12 @@ def card(head: Path, ev: dict, tau: dict, bench: Path | None, compare: list[tupl
          trained: str = "") -> str:
     trainer = (head / "README.md").read_text() if (head / "README.md").exists() else "# Draft head"
     trainer = trainer.replace("Per-epoch figures: `train_log.json` in the run folder.", "").rstrip()
-    log = head.parent / "train_log.json"
+    path = head.parent / "train_log.json"
+    log = json.loads(path.read_text()) if path.exists() else {}
     epochs = ""
-    if log.exists() and json.loads(log.read_text()).get("epochs"):
+    if log.get("epochs"):
         epochs = ("\n\n## Training, epoch by epoch\n\n" + (trained + "\n\n" if trained else "") +
-                  epoch_table("this head", json.loads(log.read_text())))
+                  epoch_table("this head", log))
     m = tau.get("machine", {})
     repo = str(Path(__file__).resolve().parents[1]) + "/"  # the card names no machine's folders
     command = tau["command"].replace(repo, "").replace(str(Path.home()), "~")

@@ -118,7 +118,7 @@ def test_a_step_runs_only_for_heads_that_exist_and_tau_once_per_weights(tmp_path
     done.parent.mkdir(parents=True)
     done.write_text(json.dumps({"head_sha256": "another head's"}))
     assert recipe.at_run_time("tau", shipped) == (shipped, "")  # other weights: measured again
-    done.write_text(json.dumps({"head_sha256": recipe._sha256(REPO / recipe.SHIPPED / "model.safetensors")}))
+    done.write_text(json.dumps({"head_sha256": recipe.sha256_of(REPO / recipe.SHIPPED / "model.safetensors")}))
     assert recipe.at_run_time("tau", shipped)[0] is None
     assert recipe.at_run_time("table", plan["table"][0]) == (None, "no head has its runs yet")
     (run.with_name("r-eval-shipped")).mkdir(parents=True)

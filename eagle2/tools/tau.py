@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     res = {label: {"tau": c["all"][0] / max(c["all"][1], 1), "new_tokens": c["all"][0], "target_forwards": c["all"][1],
                    "by_category": {cat: v[0] / max(v[1], 1) for cat, v in sorted(c.items()) if cat != "all"}}
            for label, c in tot.items()}
-    summary = {"head": bundle.head_name, "head_sha256": head_digest(a.target, a.head), "model": bundle.name, "prompts": str(a.prompts), "n_prompts": len(prompts),
+    summary = {"head": bundle.head_name, "head_sha256": head_digest(a.target, a.head), "model": bundle.name,
+               "prompts": str(a.prompts), "n_prompts": len(prompts),
                "max_new_tokens": a.max_new_tokens, "trees": res, "identical": not mismatches,
                "mismatches": mismatches, "seconds": round(time.perf_counter() - t0, 1),
                "threads": torch.get_num_threads(), "machine": {**cpu_info(), "torch": torch.__version__},
