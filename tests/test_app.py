@@ -142,7 +142,7 @@ def test_controls_start_at_the_defaults_that_pay_on_the_device(monkeypatch):
 
 def test_the_model_line_names_the_head_not_a_machine_path(bundle):
     info = MODEL.info_md()
-    assert "smollm2-135m (shipped EAGLE head)" in info, info
+    assert "smollm2-135m (shipped EAGLE-3 head)" in info, info
     assert str(Path(__file__).resolve().parent.parent) not in info and "assets/heads" not in info
 
 

@@ -27,6 +27,9 @@ def test_the_recipe_plans_every_step_in_order(capsys, tmp_path):
     assert list(dict.fromkeys(steps)) == ["prompts", "restore", "data", "archive", "features", "e3", "e12", "eval", "tau", "table",
                                                "curves"]
     assert recipe.main(["--steps", "data,nope", "--dry-run"]) == 2
+    # EAGLE-3 from random init; the EAGLE-1/2 head of the comparison fine-tunes the shipped one
+    e3, e12 = (recipe.steps(tmp_path / "r", tmp_path / "o", "2")[k][0] for k in ("e3", "e12"))
+    assert "--init" not in e3 and e12[e12.index("--init") + 1] == recipe.SHIPPED
 
 
 def test_status_reads_how_far_each_step_got(capsys, tmp_path):

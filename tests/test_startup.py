@@ -47,7 +47,7 @@ def test_existing_folders_and_files(tmp_path):
 
 def test_head_label_is_a_name_not_a_machine_path(tmp_path, monkeypatch):
     preset = PRESETS["smollm2-135m"]
-    assert head_label(preset.head, preset) == "smollm2-135m (shipped EAGLE head)"
+    assert head_label(preset.head, preset) == "smollm2-135m (shipped EAGLE-3 head)"
     assert head_label("yuhuili/EAGLE-x", preset) == "yuhuili/EAGLE-x"
     (tmp_path / "runs" / "head").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)

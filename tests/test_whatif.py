@@ -215,7 +215,7 @@ def test_chart_prices_each_speculative_decoder_beside_its_wall_clock():
 
 
 @pytest.mark.parametrize("name", ["writing-greedy.json", "math-greedy.json"])
-def test_shipped_traces_show_the_60_node_tree_paying_on_the_gpu_model_only(name):
+def test_shipped_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
     from ui.dashboard import DASH, render
     from ui.view import View
     v = View.from_trace(Trace.load(ROOT / "assets" / "traces" / name), "replay")
@@ -224,7 +224,10 @@ def test_shipped_traces_show_the_60_node_tree_paying_on_the_gpu_model_only(name)
     here = cost_table_from_trace(v.steps, v.meta, v.series[1:])
     assert here["label"] == "this machine (measured t(N))"  # the recording machine's table travels in the trace
     p_here, p_gpu = price_run(v.series[0], here), price_run(v.series[0], gpu_model_table())
-    assert p_here["mean_n"] == 60 and p_here["speedup"] < 1 < p_gpu["speedup"]
+    # with the EAGLE-3 head the math trace's tree (tau 4.4) pays on the recording CPU as well
+    assert p_here["mean_n"] == 60 and p_here["speedup"] < p_gpu["speedup"] and p_gpu["speedup"] > 1
+    if name == "writing-greedy.json":
+        assert p_here["speedup"] < 1  # ...the writing one's does not there
     wall = viz.metrics(v.series[0], v.series[1:])["speedups"]["plain"]
     assert list(out["whatif"].data[0].y) == pytest.approx([wall, p_here["speedup"], p_gpu["speedup"]])
     own = cost_table_from_trace(v.steps, {}, v.series[1:])  # without it: estimated from the run's own timings

@@ -131,7 +131,7 @@ def head_label(head: str, preset=None) -> str:
         return str(head)  # a Hub id
     p = p.resolve()
     if preset is not None and preset.head and p == Path(preset.head).resolve():
-        return f"{preset.name} (shipped EAGLE head)"
+        return f"{preset.name} (shipped {preset.head_kind} head)"
     try:
         return str(p.relative_to(Path.cwd().resolve())) or p.name
     except ValueError:
@@ -154,7 +154,11 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     check_sources(target, head)
     dev = pick_device(device)
     if dtype is None:
-        dt = torch.float32 if dev.type == "cpu" else torch.bfloat16  # CPU bf16 matmuls are ~400x slower
+        # fp32 on a CPU: there greedy trees equal plain decoding token for token. In bf16 they do not
+        # (its kernels round differently for 1 and N rows: 25% of prompts identical on an AMX Xeon,
+        # where bf16 trees cost almost nothing over one token; benchmarks/bf16-eager-amx), and CPUs
+        # without native bf16 run it far slower.
+        dt = torch.float32 if dev.type == "cpu" else torch.bfloat16
     else:
         dt = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
               "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
