@@ -32,14 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from eagle2.model.weights import sha256_of  # noqa: E402  (stdlib only at import)
 SHIPPED = "assets/heads/smollm2-135m"
-TRAIN = ["--stages", "train", "--ttt-steps", "3", "--epochs", "12", "--patience", "2", "--batch-tokens", "2048",
-         "--draft-vocab", "8192", "--compile"]
+HEAD_RUN = ["--stages", "train", "--ttt-steps", "3", "--patience", "2", "--batch-tokens", "2048", "--compile"]
+TRAIN = [*HEAD_RUN, "--epochs", "12", "--draft-vocab", "8192"]
 # The EAGLE-1/2 head of the comparison fine-tunes the shipped one (its vocabulary kept) at its
 # stages' lr: a warm start gives that kind its best head within an evening of CPU, so EAGLE-3's
 # lead over it is not a matter of compute (12 epochs from random init are ~3 h on 2 cores).
-E12_INIT = SHIPPED
-FINE_TUNE = ["--stages", "train", "--ttt-steps", "3", "--epochs", "4", "--patience", "2", "--batch-tokens", "2048",
-             "--compile"]
+FINE_TUNE = ["--init", SHIPPED, "--lr", "3e-4", *HEAD_RUN, "--epochs", "4"]
 
 
 def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
@@ -56,8 +54,7 @@ def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
         "features": [py + ["train", "--out", str(run), "--stages", "features", "--head-kind", "eagle3", *t]],
         "e3": [py + ["train", "--out", str(heads["e3"][0].parent), "--features", str(run), "--head-kind", "eagle3",
                      "--lr", "1e-3", *TRAIN, *t]],
-        "e12": [py + ["train", "--out", str(heads["e12"][0].parent), "--features", str(run), "--init", E12_INIT,
-                      "--lr", "3e-4", *FINE_TUNE, *t]],
+        "e12": [py + ["train", "--out", str(heads["e12"][0].parent), "--features", str(run), *FINE_TUNE, *t]],
         "eval": [py + ["train", "--out", str(run.with_name(f"{run.name}-eval-{k}")), "--features", str(run),
                        "--stages", "train", "--head-kind", kind, "--init", str(h), "--epochs", "0", "--ttt-steps", "3",
                        *t] for k, (h, kind) in heads.items()],

@@ -242,16 +242,16 @@ def test_an_update_sends_only_what_is_shown(bundle):
     the open panels' outputs only: with the comparison hidden and every section closed, the
     others are gr.skip() (neither built nor redrawn). Opening a section draws it at once; hiding
     the comparison hides its panel. A caller that names no panels gets every output."""
-    room = dict(max_new_tokens=40)  # a longer answer: three more Steps before it ends, whatever the head
-    sess = solo(bundle, "Write two sentences about apples.", 1, **room)
-    out = live.on_step(sess, "Write two sentences about apples.", *ui(side_by_side=False, **room), frozenset())
+    q, room = "Write two sentences about apples.", dict(max_new_tokens=40)  # room for three more Steps
+    sess = solo(bundle, q, 1, **room)
+    out = live.on_step(sess, q, *ui(side_by_side=False, **room), frozenset())
     assert {n for n, v in out.items() if isinstance(v, SKIP)} == set(DASH) - set(ALWAYS)
     assert out["tree"].layout.title.text.startswith("Cycle 2 ") and "cycle 2" in out["status"]
-    out = live.on_step(sess, "Write two sentences about apples.", *ui(**room), OPEN)               # the page's default panels
+    out = live.on_step(sess, q, *ui(**room), OPEN)  # the page's default panels
     assert {n for n, v in out.items() if not isinstance(v, SKIP)} == \
         {"session", "status", *ALWAYS, *(n for p in OPEN for n in PANELS[p])}
     assert out["compare"].layout.title.text.startswith("static on the same context")
-    assert not any(isinstance(v, SKIP) for v in live.on_step(sess, "Write two sentences about apples.", *ui(**room)).values())
+    assert not any(isinstance(v, SKIP) for v in live.on_step(sess, q, *ui(**room)).values())
 
     opened = live.panel_open("whatif")(sess, None, "path value", False, OPEN)
     assert list(opened) == list(handlers.panel_outputs("whatif"))
