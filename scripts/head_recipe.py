@@ -108,7 +108,7 @@ def _training(folder: Path) -> str:
     if not log.exists() and not ckpt.exists():
         return "not started"
     epochs = json.loads(log.read_text())["epochs"] if log.exists() else []
-    text = f"{len(epochs)} epoch(s) done"
+    text = f"{sum(e['epoch'] > 0 for e in epochs)} epoch(s) done"  # a fine-tune's log opens with epoch 0 (its init)
     if epochs:
         best = min(epochs, key=lambda e: e["heldout_loss"])
         text += (f", best {best['epoch']} (held-out loss {best['heldout_loss']:.3f}, "

@@ -53,6 +53,12 @@ def test_status_reads_how_far_each_step_got(capsys, tmp_path):
     assert "features (train): 2 of 3 conversations" in text and "features (heldout): 0 of 1" in text
     assert "e3: 2 epoch(s) done, best 2 (held-out loss 4.500, top-1 0.400); epoch 3 saved at step 17" in text
     assert "e12: not started" in text and "tau shipped: done" in text and "tau e3: not yet" in text
+    e12 = tmp_path / "r-e12"  # a fine-tune: its log opens with the init's evaluation, epoch 0
+    e12.mkdir()
+    (e12 / "train_log.json").write_text(json.dumps({"epochs": [
+        {"epoch": 0, "heldout_loss": 0.7, "heldout_top1": 0.5}, {"epoch": 1, "heldout_loss": 0.6, "heldout_top1": 0.55}]}))
+    assert recipe.main(["--status", "--run", str(run), "--out", str(out)]) == 0
+    assert "e12: 1 epoch(s) done, best 1 (held-out loss 0.600, top-1 0.550)" in capsys.readouterr().out
 
 
 def test_the_table_is_built_from_the_runs(capsys, tmp_path):
