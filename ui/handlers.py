@@ -21,7 +21,8 @@ import viz
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 
-from .dashboard import DASH, NAMES, PANELS, render, render_panel, toggle
+from .classroom import CLASSROOM, Follower, follow_link
+from .dashboard import DASH, NAMES, PANELS, render, render_panel, shown, toggle
 from .model import MODEL
 from .session import Session, Settings
 from .traces import load_view, read_upload, shipped_traces
@@ -37,7 +38,10 @@ N_SETTINGS = CONTROLS.index("side_by_side") + 1
 PANELS_STATE = "panels"
 
 # Output names
-LIVE = ("session", "status", *DASH)      # Step, Run, Reset
+LIVE = ("session", "status", *DASH)      # Step, Reset
+RUN = (*LIVE, "run_timer")               # Run and its ticks (each tick one queued Step)
+PRESENT = ("follow_code", "follow_link", "status", "session", "follow_timer")   # Present, Stop presenting
+FOLLOW = ("status", "session", "follow_timer", "prompt", *DASH)                 # Follow and its ticks
 REPLAY = ("view", "info", *DASH)         # loading a trace
 EXPLAIN = ("cycle", "phase", "figure", "text")
 
@@ -58,19 +62,47 @@ def _warn(msg: str) -> None:
 # Live
 # --------------------------------------------------------------------------------------------
 def live_status(sess: Session | None) -> str:
+    if isinstance(sess, Follower):
+        return follower_status(sess)
     if sess is None or not sess.started:
-        return "Type a prompt (or pick an example) and press **Step**."
+        return "Type a prompt (or pick an example) and press **Step**." + presenting_note(sess)
+    return race_status(sess) + presenting_note(sess)
+
+
+def race_status(sess: Session) -> str:
+    """Where a started race stands: its cycle, tokens and decoders (what followers see too)."""
     m = sess.main
     done = f" · **finished** ({m.finished})" if m.finished else ""
     return (f"**Live** · cycle {m.cycle - 1} · {len(m.generated)} tokens · "
             f"{sess.labels()[0]} vs {sess.labels()[1]} vs plain{done}")
 
 
+def presenting_note(sess) -> str:
+    """The presenter's line: its code and how many follow."""
+    p = getattr(sess, "presentation", None)
+    if p is None or p.ended:
+        return ""
+    n = p.following()
+    return f"  \nPresenting **{p.code}** · {n} following"
+
+
+def follower_status(f: Follower) -> str:
+    """A follower's line: the presenter's (``cycle N`` as there), and whose race it is."""
+    try:
+        frame = CLASSROOM.find(f.code).frame
+    except UserError as e:
+        return (f"**{e}** Its last cycle stays on screen; press **Step** to decode your own prompt, or "
+                "type another code and press **Follow**.")
+    return (f"{frame.status}  \nFollowing **{f.code}** · press **Step** to take this prompt (or your own) "
+            "into your own session, **Follow** to come back.")
+
+
 def refused_status(sess: Session | None, msg: str) -> str:
     """The status line after a Step or Run that did not run: why and what to do (`msg`), under
     where the session stands if it has started (the dashboard still shows that)."""
     note = f"**{msg}**"
-    return f"{live_status(sess)}  \n{note}" if sess is not None and sess.started else note
+    shown_before = isinstance(sess, Follower) or (sess is not None and sess.started)
+    return f"{live_status(sess)}  \n{note}" if shown_before else note
 
 
 def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) -> tuple[Session, list[str]]:
@@ -101,15 +133,21 @@ def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) 
 
 def on_stop(sess) -> None:
     """Stop: Run finishes the cycle in progress, shows it and stops (a forward pass cannot be cut)."""
-    if sess is not None:
-        sess.stop_requested = True
+    if isinstance(sess, Session) and sess.running:
+        sess.running, sess.stop_requested = False, True
 
 
 def live_view(sess, before: View | None = None) -> View | None:
-    """What the Live dashboard shows: the session's decoders once started; `before` (the recorded
-    trace a new page shows) while the page has no session yet (a Reset leaves an empty one)."""
+    """What the Live dashboard shows: the session's decoders once started; a follower's, the
+    presenter's latest cycle; `before` (the recorded trace a new page shows) while the page has no
+    session yet (a Reset leaves an empty one)."""
     if sess is None:
         return before
+    if isinstance(sess, Follower):
+        try:
+            return CLASSROOM.find(sess.code).frame.view
+        except UserError:
+            return None
     return sess.view() if sess.started else None
 
 
@@ -151,73 +189,92 @@ class Tab:
 
 
 class Live(Tab):
-    """The Live tab's handlers (outputs: LIVE and PANELS_STATE); `view_of(session)`: live_view
-    (the page's: the recorded trace it opens with until the first Step)."""
+    """The Live tab's handlers (outputs: LIVE, RUN, PRESENT, FOLLOW and PANELS_STATE);
+    `view_of(session)`: live_view (the page's: the recorded trace it opens with until the first Step)."""
 
     def __init__(self, out=NAMES, view_of: Callable = live_view):
         super().__init__(out, view_of)
 
-    def refused(self, sess: Session | None, e: UserError) -> dict:
+    def refused(self, sess: Session | None, e: UserError, names=LIVE) -> dict:
         """A Step or Run refused: the warning, and the status line saying it; the session, its trace
-        and the dashboard stay as they were. Outputs: LIVE."""
+        and the dashboard stay as they were. Outputs: `names` (LIVE, or RUN with Run stopped)."""
         _warn(str(e))
-        return {**skip(LIVE, self.out), self.out["status"]: refused_status(sess, str(e))}
+        return {**skip(names, self.out), self.out["status"]: refused_status(sess, str(e)),
+                **({self.out["run_timer"]: gr.Timer(active=False)} if "run_timer" in names else {})}
 
     def live(self, sess: Session, colour_by="path value", show_dropped=False, panels=None) -> dict:
-        """The session drawn. Outputs: LIVE."""
+        """The session drawn (and, if it presents, published to its followers). Outputs: LIVE."""
         o = self.out
+        view = sess.view()
+        if sess.presentation is not None and not sess.presentation.ended:
+            sess.presentation.publish(view, race_status(sess), sess.prompt)
         return {o["session"]: sess, o["status"]: live_status(sess),
-                **render(sess.view(), None, colour_by, show_dropped, panels, o)}
+                **render(view, None, colour_by, show_dropped, panels, o)}
 
     def on_step(self, sess, prompt, *controls) -> dict:
-        """Step: one lockstep cycle (starting the prompt if it is new). Outputs: LIVE."""
+        """Step: one lockstep cycle (starting the prompt if it is new). A follower breaks away: the
+        prompt (the presenter's, or one it typed) goes on in its own session. Outputs: LIVE."""
         try:
             settings = Settings.from_ui(*controls[:N_SETTINGS])
-            sess, notes = do_steps(sess, prompt, settings)
+            sess, notes = do_steps(break_away(sess), prompt, settings)
         except UserError as e:
             return self.refused(sess, e)
         for n in notes:
             gr.Info(n)
         return self.live(sess, *controls[N_SETTINGS:])
 
-    def on_run(self, sess, prompt, *controls):
-        """Run: keeps stepping, yielding every update (LIVE), until the end (or Stop)."""
+    def on_run(self, sess, prompt, *controls) -> dict:
+        """Run: one Step, then the run timer ticks (on_run_tick), each tick one more Step queued
+        on its own, so the Runs and Steps of other visitors take turns with it. Outputs: RUN."""
+        out = self.on_step(sess, prompt, *controls)
+        sess = out[self.out["session"]]
+        running = isinstance(sess, Session) and sess.started and not sess.finished
+        if running:
+            sess.running, sess.stop_requested = True, False
+        return {**out, self.out["run_timer"]: gr.Timer(active=running)}
+
+    def on_run_tick(self, sess, prompt, *controls) -> dict:
+        """The run timer: the next cycle of a Run, until the end or Stop (the cycle in progress
+        finishes first). The race's own prompt goes on (an edited prompt box starts a new race only
+        with Step). Outputs: RUN."""
+        o = self.out
+        if not isinstance(sess, Session) or not sess.running or sess.finished:
+            if isinstance(sess, Session) and sess.stop_requested:
+                sess.stop_requested = False
+                gr.Info("Stopped. Step or Run continues from here.")
+            return {**skip(LIVE, o), o["run_timer"]: gr.Timer(active=False)}
+        if sess.lock.locked():   # a Step of this session is under way: the next tick goes on
+            return skip(RUN, o)
         try:
             settings = Settings.from_ui(*controls[:N_SETTINGS])
-            sess, notes = do_steps(sess, prompt, settings, n=1)
+            sess, _ = do_steps(sess, sess.prompt, settings)
         except UserError as e:
-            yield self.refused(sess, e)
-            return
-        for n in notes:
-            gr.Info(n)
-        sess.stop_requested = False
-        yield self.live(sess, *controls[N_SETTINGS:])
-        limit = settings.max_new_tokens + 2
-        while not sess.finished and limit > 0:
-            if sess.stop_requested:
-                gr.Info("Stopped. Step or Run continues from here.")
-                return
-            limit -= 1
-            try:
-                sess, _ = do_steps(sess, prompt, settings, n=1)
-            except UserError as e:
-                _warn(str(e))
-                return
-            yield self.live(sess, *controls[N_SETTINGS:])
+            sess.running = False
+            return self.refused(sess, e, RUN)
+        sess.running = sess.running and not sess.finished
+        return {**self.live(sess, *controls[N_SETTINGS:]), o["run_timer"]: gr.Timer(active=sess.running)}
 
     def on_reset(self, sess, panels=None) -> dict:
-        """Reset: a fresh session and an empty dashboard. Outputs: LIVE."""
+        """Reset: a fresh session and an empty dashboard (a presentation goes on with it, its
+        followers see the presenter start over). Outputs: LIVE."""
         o = self.out
-        if sess is not None and sess.lock.locked():
+        if isinstance(sess, Session) and sess.lock.locked():
             _warn("A step is running; press Stop first.")
             return skip(LIVE, o)
-        return {o["session"]: Session(), o["status"]: live_status(None), **render(None, panels=panels, out=o)}
+        fresh = Session()
+        if isinstance(sess, Session) and sess.presentation is not None:
+            fresh.presentation, sess.presentation = sess.presentation, None
+            fresh.presentation.publish(None, "", None)
+        if isinstance(sess, Session):
+            sess.running = False
+        return {o["session"]: fresh, o["status"]: live_status(fresh), **render(None, panels=panels, out=o)}
 
     def on_live_view(self, sess, cycle, colour_by, show_dropped, panels=None) -> dict:
         """Cycle slider / display options changed: redraw (no decoding). Outputs: DASH."""
-        if sess is None or not sess.started:
+        view = live_view(sess) if isinstance(sess, Follower | Session) else None
+        if view is None:
             return skip(DASH, self.out)
-        return render(sess.view(), cycle, colour_by, show_dropped, panels, self.out)
+        return render(view, cycle, colour_by, show_dropped, panels, self.out)
 
     def side_by_side(self, sess, on, cycle, colour_by, show_dropped, panels) -> dict:
         """The side-by-side checkbox: the comparison tree shown (drawn for `view_of(sess)`) or hidden
@@ -228,6 +285,93 @@ class Live(Tab):
             return {o[PANELS_STATE]: toggle(panels, "compare", False), o["compare"]: gr.Plot(visible=False)}
         fig = render_panel("compare", self.view_of(sess), cycle, colour_by, show_dropped)["compare"]
         return {o[PANELS_STATE]: toggle(panels, "compare", True), o["compare"]: gr.Plot(fig, visible=True)}
+
+    # ---------------------------------------------------------------- classroom: present, follow
+    def on_present(self, sess, request: gr.Request = None) -> dict:
+        """Present: this session's race under a short code that a class follows (the same code
+        again while it presents). Outputs: PRESENT, the code first (the API's answer)."""
+        o = self.out
+        sess = own_session(sess) or Session()
+        if sess.presentation is None or sess.presentation.ended:
+            sess.presentation = CLASSROOM.open()
+            sess.presentation.publish(sess.view() if sess.started else None,
+                                      race_status(sess) if sess.started else "", sess.prompt)
+        code = sess.presentation.code
+        link, note = follow_link(getattr(request, "headers", None), code, CLASSROOM.bind_host)
+        md = f"Students open **[{link}]({link})**, or type the code **{code}** and press **Follow**."
+        return {o["follow_code"]: code, o["follow_link"]: md + (f"  \n*{note}*" if note else ""),
+                o["status"]: live_status(sess), o["session"]: sess, o["follow_timer"]: gr.Timer(active=True)}
+
+    def on_unpresent(self, sess) -> dict:
+        """Stop presenting: the followers are told, and keep the last cycle. Outputs: PRESENT."""
+        o = self.out
+        if isinstance(sess, Session) and sess.presentation is not None:
+            CLASSROOM.close(sess.presentation, "the presenter stopped presenting")
+            sess.presentation = None
+        return {o["follow_code"]: "", o["follow_link"]: "", o["status"]: live_status(sess), o["session"]: sess,
+                o["follow_timer"]: gr.Timer(active=False)}
+
+    def on_follow(self, sess, code, panels=None) -> dict:
+        """Follow: this tab mirrors the presentation under `code` (its latest cycle now, each new
+        one as it comes), decoding nothing; its own race, if any, waits for a break-away. A bad or
+        ended code: a warning and the status line say why, nothing changes. Outputs: FOLLOW."""
+        o = self.out
+        try:
+            pres = CLASSROOM.find(code)
+        except UserError as e:
+            _warn(str(e))
+            return {**skip(FOLLOW, o), o["status"]: refused_status(sess, str(e))}
+        f = sess if isinstance(sess, Follower) and sess.code == pres.code else Follower(pres.code, own_session(sess))
+        f.seen = -1
+        return self._followed(f, pres, panels)
+
+    def on_follow_tick(self, sess, panels=None) -> dict:
+        """The follow timer (each second, on the followers' lane): a follower gets the presenter's
+        new cycle, if any (nothing is sent otherwise); a presenter, how many follow. The timer stops
+        once the tab neither follows nor presents. Outputs: FOLLOW."""
+        o = self.out
+        if isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended:
+            busy = sess.lock.locked()   # its Step will say where it stands
+            return {**skip(FOLLOW, o), **({} if busy else {o["status"]: live_status(sess)})}
+        if not isinstance(sess, Follower):
+            return {**skip(FOLLOW, o), o["follow_timer"]: gr.Timer(active=False)}
+        try:
+            pres = CLASSROOM.find(sess.code)
+        except UserError:
+            return {**skip(FOLLOW, o), o["status"]: live_status(sess), o["follow_timer"]: gr.Timer(active=False)}
+        return self._followed(sess, pres, panels)
+
+    def _followed(self, f: Follower, pres, panels) -> dict:
+        """A follower brought up to the presentation's latest frame (nothing sent if it has it)."""
+        o = self.out
+        frame = pres.poll(f.id)
+        if frame.version == f.seen:
+            return skip(FOLLOW, o)
+        f.seen = frame.version
+        want = shown(panels)
+        drawn = frame.outputs([n for n in DASH if n in want])
+        new_prompt = frame.prompt is not None and frame.prompt != f.prompt
+        f.prompt = frame.prompt if new_prompt else f.prompt
+        return {o["session"]: f, o["status"]: live_status(f), o["follow_timer"]: gr.Timer(active=True),
+                o["prompt"]: frame.prompt if new_prompt else gr.skip(),
+                **{o[n]: drawn[n] if n in drawn else gr.skip() for n in DASH}}
+
+    def on_open(self, sess, panels=None, request: gr.Request = None) -> dict:
+        """A page opened at /?follow=CODE follows at once; any other page: nothing. Outputs: FOLLOW."""
+        code = (getattr(request, "query_params", None) or {}).get("follow")
+        return self.on_follow(sess, code, panels) if code else skip(FOLLOW, self.out)
+
+
+def own_session(sess):
+    """The visitor's own race: a follower's, the one it had before following (or none)."""
+    return sess.own if isinstance(sess, Follower) else sess
+
+
+def break_away(sess):
+    """A follower stops following (no longer counted) and goes back to its own race."""
+    if isinstance(sess, Follower):
+        CLASSROOM.leave(sess)
+    return own_session(sess)
 
 
 def pick_example(choice, examples: dict[str, str]):
@@ -308,6 +452,8 @@ def trace_info(view: View) -> str:
 def on_export(source: str, sess, view):
     """Write the trace JSON, the per-cycle CSV and the current tree figure HTML; returns the paths."""
     try:
+        if isinstance(sess, Follower):   # the presenter's race as the follower sees it
+            source, view = "replay", live_view(sess)
         if source == "live":
             if sess is None or not sess.started:
                 raise UserError("Nothing to export yet: press Step first.")
@@ -346,9 +492,7 @@ def on_export_replay(view):
 # Explain a cycle
 # --------------------------------------------------------------------------------------------
 def explain_source(source, sess, view) -> View | None:
-    if source == LIVE_SOURCE:
-        return sess.view() if sess is not None and sess.started else None
-    return view
+    return live_view(sess) if source == LIVE_SOURCE else view
 
 
 class Explain:

@@ -19,6 +19,8 @@ HELP = {
     "colour_by": "Path value = product of draft probabilities from the root (≈ chance of acceptance); "
                  "draft prob = the node's own.",
     "examples": "By category; picks fill the prompt box.",
+    "follow_code": "Your class opens the link (or types this code and presses Follow): their pages follow "
+                   "your race live, decoding nothing. Step and Run as usual; only you drive.",
 }
 
 

@@ -10,6 +10,7 @@ from viz.tokens import TOKEN_CSS
 
 from .dashboard import OPEN, render
 from .handlers import REPLAY_SOURCE, Explain, live_status, trace_info
+from .classroom import CLASSROOM
 from .model import MODEL
 from . import session as live_sessions
 from .tabs.explain import build_explain_tab
@@ -64,7 +65,7 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
 
         with gr.Tabs(selected="live"):
             with gr.Tab("Live", id="live"):
-                build_live_tab(sess, init_dash, init_status, device, init_view)
+                build_live_tab(sess, init_dash, init_status, device, init_view, page=demo)
             with gr.Tab("Replay", id="replay"):
                 build_replay_tab(rview, traces, init_dash, init_info)
             with gr.Tab("Explain a cycle", id="explain"):
@@ -80,12 +81,15 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
 
 
 def free_closed_tab(demo: gr.Blocks, sess: gr.State, request: gr.Request) -> None:
-    """A tab closed (its heartbeat ended): free its session's decoders now. Gradio itself keeps a
-    closed tab's state for an hour, in case it reopens; the traces stay with it."""
+    """A tab closed (its heartbeat ended): free its session's decoders now, and end its presentation
+    (its followers are told). Gradio itself keeps a closed tab's state for an hour, in case it
+    reopens; the traces stay with it."""
     state = getattr(demo, "state_holder", None)
     tab = state.session_data.get(request.session_hash) if state is not None and request is not None else None
     if tab is not None:
-        live_sessions.POOL.forget(tab.state_data.get(sess._id))
+        mine = tab.state_data.get(sess._id)
+        CLASSROOM.close(getattr(mine, "presentation", None), "the presenter left")
+        live_sessions.POOL.forget(mine)
 
 
 def launch(host: str | None = None, port: int | None = None, concurrency: int = 2, block: bool = True) -> gr.Blocks:
@@ -96,4 +100,5 @@ def launch(host: str | None = None, port: int | None = None, concurrency: int = 
     demo.launch(server_name=host, server_port=port, ssr_mode=False, show_error=True, css=CSS,
                 theme=gr.themes.Soft(**THEME), footer_links=["gradio"], prevent_thread_lock=not block,
                 quiet=not block)
+    CLASSROOM.bind_host = demo.server_name   # a follow link's address: the LAN's when serving on 0.0.0.0
     return demo

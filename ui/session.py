@@ -70,7 +70,9 @@ class Session(Race):
 
     def __init__(self):
         super().__init__()
-        self.stop_requested = False   # set by Stop; Run ends after the cycle in progress
+        self.running = False          # a Run goes on: its timer's next tick steps (ui/handlers.py on_run_tick)
+        self.stop_requested = False   # Stop pressed during a Run: the tick after the cycle in progress says so
+        self.presentation = None      # the ui.classroom.Presentation this session's race is published to
         self.released: str | None = None   # why its decoders were freed, once they are
         self._series: dict[int, tuple] = {}   # decoder index -> (decoder, its series, steps in it)
 

@@ -15,6 +15,9 @@ from ..view import View
 from .sections import wire_sections
 
 COLOUR_CHOICES = ["path value", "draft prob"]
+RUN_TICK_S = 0.1      # a Run's next Step is queued this soon after the last one answered
+FOLLOW_TICK_S = 1.0   # how often a follower asks for the presenter's latest cycle
+FOLLOW_LANE = 4       # follower polls at once: each is a lookup, or one shared render per cycle
 PRESETS = (("cpu", "CPU"), ("cuda", "GPU"))   # the tree presets: each device kind's defaults
 TREE = ("policy", "compare", "total_tokens", "depth", "top_k")   # the controls a preset sets
 
@@ -56,6 +59,20 @@ def build_buttons(c: dict) -> None:
         c["reset"] = gr.Button("Reset", elem_id="reset-btn", min_width=70)
 
 
+def build_classroom(c: dict) -> None:
+    """Present (a code and a follow link, large enough for a projector) and Follow, into `c`."""
+    with gr.Row(elem_classes=["controls"]):
+        c["present"] = gr.Button("Present to a class", variant="primary", elem_id="present-btn", min_width=120)
+        c["unpresent"] = gr.Button("Stop presenting", elem_id="unpresent-btn", min_width=120)
+    c["follow_code"] = gr.Textbox("", label="Follow code", interactive=False, elem_id="follow-code",
+                                  placeholder="press Present", info=HELP["follow_code"])
+    c["follow_link"] = gr.Markdown("", elem_id="follow-link")
+    with gr.Row(equal_height=True, elem_classes=["controls"]):
+        c["follow_input"] = gr.Textbox("", label="Follow a presenter", placeholder="code, e.g. K7P2QX",
+                                       elem_id="follow-input", scale=3, max_lines=1)
+        c["follow"] = gr.Button("Follow", elem_id="follow-btn", scale=1, min_width=80)
+
+
 def build_settings(c: dict, kind: str) -> None:
     """The tree, generation and display settings and the downloads, into `c`, at `kind`'s defaults."""
     d, pols = defaults(kind), policy_names()
@@ -94,16 +111,20 @@ def build_settings(c: dict, kind: str) -> None:
 
 
 def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, device: str | None = None,
-                   init_view: View | None = None) -> tuple[dict, dict]:
+                   init_view: View | None = None, page: gr.Blocks | None = None) -> tuple[dict, dict]:
     """The tab's contents (call inside `with gr.Tab(...)`), its controls at the defaults for
     `device` (None: the device the page's model was started for), its dashboard showing
-    `init_dash`, drawn from `init_view`, until the first Step. Returns its controls and its
-    outputs (LIVE: the session, the status line and the dashboard; and the open panels), each
-    keyed by name."""
+    `init_dash`, drawn from `init_view`, until the first Step; `page` (the Blocks it is in): a
+    page opened at /?follow=CODE follows that presentation. Returns its controls and its outputs
+    (LIVE: the session, the status line and the dashboard; the open panels, the timers, the
+    classroom's code and link, the prompt), each keyed by name."""
     ex_map = example_map(load_examples())
     kind = device_kind(device)
     c: dict = {}
     c["panels"] = gr.State(OPEN if defaults(kind).side_by_side else OPEN - {"compare"})
+    # Run's cycles, one queued Step per tick; a follower's poll (a presenter's count of followers)
+    c["run_timer"] = gr.Timer(RUN_TICK_S, active=False)
+    c["follow_timer"] = gr.Timer(FOLLOW_TICK_S, active=False)
     # At phone width (style.css) the two columns become one: the buttons stick to the top, the tree
     # comes first, and the prompt and the settings follow it, each collapsible there.
     with gr.Row(equal_height=False, elem_id="live-layout", elem_classes=["tree-first"]):
@@ -112,14 +133,22 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
                               elem_classes=["side-prompt", "narrow-collapsible"]):
                 build_prompt(c, list(ex_map), first_example(ex_map))
             build_buttons(c)
+            with gr.Accordion("Classroom: present or follow", open=False, elem_id="live-classroom",
+                              elem_classes=["side-classroom", "narrow-collapsible"]):
+                build_classroom(c)
             with gr.Accordion("Settings", open=True, elem_id="live-settings",
                               elem_classes=["side-settings", "narrow-collapsible"]):
                 build_settings(c, kind)
         with gr.Column(scale=4, elem_classes=["main"]):
             status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner", "dash-status"])
             dash, sections = build_dashboard("live", init_dash, c["panels"].value)
-    out = {"session": sess, "status": status, h.PANELS_STATE: c["panels"], **dash}
-    wire(c, h.Live(out, lambda s: h.live_view(s, init_view)), sections, ex_map)
+    out = {"session": sess, "status": status, h.PANELS_STATE: c["panels"], **dash,
+           **{n: c[n] for n in ("run_timer", "follow_timer", "follow_code", "follow_link", "prompt")}}
+    live = h.Live(out, lambda s: h.live_view(s, init_view))
+    wire(c, live, sections, ex_map)
+    if page is not None:
+        page.load(live.on_open, [sess, c["panels"]], live.outputs(h.FOLLOW), show_progress="hidden",
+                  api_visibility="private")
     return c, out
 
 
@@ -137,8 +166,22 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     outputs = live.outputs(h.LIVE)
     c["step"].click(live.on_step, controls, outputs, api_name="step", **busy)
     c["prompt"].submit(live.on_step, controls, outputs, api_visibility="private", **busy)
-    c["run"].click(live.on_run, controls, outputs, api_name="run", **busy)
+    # Run: one Step now, then one queued Step per tick of the run timer (never a slot held for a
+    # whole answer: other visitors' Steps and Runs take turns with it)
+    run_outputs = live.outputs(h.RUN)
+    c["run"].click(live.on_run, controls, run_outputs, api_name="run", **busy)
+    c["run_timer"].tick(live.on_run_tick, controls, run_outputs, api_name="run_next", **busy)
     c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
+    # Classroom: followers poll on a lane of their own ("follow"), never behind a decode
+    present = live.outputs(h.PRESENT)
+    c["present"].click(live.on_present, [sess], present, api_name="present", show_progress="hidden")
+    c["unpresent"].click(live.on_unpresent, [sess], present, api_name="unpresent", show_progress="hidden")
+    follow = live.outputs(h.FOLLOW)
+    lane = dict(concurrency_id="follow", concurrency_limit=FOLLOW_LANE, show_progress="hidden")
+    c["follow"].click(live.on_follow, [sess, c["follow_input"], panels], follow, api_name="follow", **lane)
+    c["follow_input"].submit(live.on_follow, [sess, c["follow_input"], panels], follow, api_visibility="private",
+                             **lane)
+    c["follow_timer"].tick(live.on_follow_tick, [sess, panels], follow, api_name="follow_tick", **lane)
     c["reset"].click(live.on_reset, [sess, panels], outputs, api_name="reset", show_progress_on=out["status"])
     c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
     view = [sess, dash["cycle"], c["colour_by"], c["show_dropped"], panels]
