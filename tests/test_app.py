@@ -164,13 +164,16 @@ def test_handlers_key_their_outputs_by_the_tabs_components():
     demo = build_app(preload_trace=False, device="cpu")
     fns = {f.api_name: f for f in demo.fns.values()}
     step, run = fns["step"], fns["run"]
-    assert step.fn.__name__ == "on_step" and run.fn.__name__ == "on_run" and inspect.isgeneratorfunction(run.fn)
+    # Run is one Step, then one queued Step per tick of its timer: no generator holding a slot
+    assert step.fn.__name__ == "on_step" and run.fn.__name__ == "on_run" and not inspect.isgeneratorfunction(run.fn)
+    assert fns["run_next"].fn.__name__ == "on_run_tick" and fns["run_next"].outputs == run.outputs
+    assert run.outputs[:len(step.outputs)] == step.outputs and len(run.outputs) == len(handlers.RUN)
     status = step.outputs[handlers.LIVE.index("status")]
-    for refused in (lambda: step.fn(None, "  ", *ui(), OPEN), lambda: next(run.fn(None, "  ", *ui(), OPEN))):
+    for fn in (step, run):
         with pytest.warns(UserWarning, match="prompt is empty"):
-            out = refused()
-        assert set(out) == set(step.outputs)            # keyed by the components, every output named
-        values = convert_component_dict_to_list(step.outputs, out)
+            out = fn.fn(None, "  ", *ui(), OPEN)
+        assert set(out) == set(fn.outputs)              # keyed by the components, every output named
+        values = convert_component_dict_to_list(fn.outputs, out)
         assert values[handlers.LIVE.index("status")] == out[status] and "prompt is empty" in out[status]
     panels = fns["close_race"]       # a section closed: one output, the tab's open panels
     assert panels.fn(OPEN) == {panels.outputs[0]: OPEN - {"race"}}
@@ -352,16 +355,18 @@ def test_user_errors_warn_and_keep_the_session(bundle):
 def test_a_refused_step_says_what_to_do_on_the_status_line():
     """Step or Run with an empty prompt on a new page: one warning, and the status line (which
     read "... until you press Step") says what to do; no session is made, nothing else changes."""
-    for press in (lambda: live.on_step(None, "  ", *ui()),
-                  lambda: next(live.on_run(None, "", *ui()))):
+    for press, names in ((lambda: live.on_step(None, "  ", *ui()), handlers.LIVE),
+                         (lambda: live.on_run(None, "", *ui()), handlers.RUN)):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             out = press()
         assert [str(x.message) for x in w] == [
             "The prompt is empty: type something in the prompt box (or pick an example), then press Step."]
         assert out["status"] == f"**{w[0].message}**"
-        assert list(out) == list(handlers.LIVE)
-        assert all(isinstance(o, SKIP) for n, o in out.items() if n != "status")   # the session stays None
+        assert list(out) == list(names)
+        assert all(isinstance(o, SKIP) for n, o in out.items() if n in handlers.LIVE and n != "status")   # no session
+        if "run_timer" in names:
+            assert out["run_timer"].active is False          # a refused Run does not tick on
 
 
 def test_the_prompt_starts_with_an_example():
@@ -550,17 +555,27 @@ def test_a_bug_while_loading_the_model_is_logged_and_shown(monkeypatch, caplog):
     assert rec.exc_info and rec.exc_info[0] is AttributeError     # logged with its traceback
 
 
-def test_run_streams_until_stop_or_the_end(bundle):
-    gen = live.on_run(None, "Say hello.", *ui(max_new_tokens=5))
-    first = next(gen)
-    assert list(first) == list(handlers.LIVE)
+def test_run_is_a_chain_of_queued_steps_until_stop_or_the_end(bundle):
+    """Run steps once and starts its timer; each tick is one more Step (its own queued event, so
+    other visitors' Steps take turns with it), the race's own prompt going on whatever the prompt
+    box holds; Stop ends it after the cycle in progress; Run again goes on to the end, where the
+    timer stops."""
+    M = 24
+    first = live.on_run(None, "Say hello.", *ui(max_new_tokens=M))
+    assert list(first) == list(handlers.RUN)
     sess = first["session"]
-    assert "cycle 1" in first["status"]
-    handlers.on_stop(sess)                  # Stop: the run ends after the cycle in progress
-    rest = list(gen)
-    assert len(rest) <= 1 and not sess.finished
+    assert "cycle 1" in first["status"] and first["run_timer"].active and sess.running
+    tick = live.on_run_tick(sess, "an edited prompt box", *ui(max_new_tokens=M))
+    assert "cycle 2" in tick["status"] and sess.prompt == "Say hello." and tick["run_timer"].active
+    handlers.on_stop(sess)                  # Stop: the next tick steps no more and stops the timer
+    stopped = live.on_run_tick(sess, "Say hello.", *ui(max_new_tokens=M))
+    assert stopped["run_timer"].active is False and isinstance(stopped["status"], SKIP)
+    assert len(sess.main.trace.steps) == 3 and not sess.finished   # prefill + 2 cycles
     n = len(sess.main.trace.steps)
-    outs = list(live.on_run(sess, "Say hello.", *ui(max_new_tokens=5)))   # Run again: to the end
-    assert sess.finished == "max_new_tokens" and len(sess.main.generated) == 5
+    outs = [live.on_run(sess, "Say hello.", *ui(max_new_tokens=M))]   # Run again: to the end
+    while outs[-1]["run_timer"].active:
+        assert len(outs) <= M, "the run never ended"
+        outs.append(live.on_run_tick(sess, "Say hello.", *ui(max_new_tokens=M)))
+    assert sess.finished == "max_new_tokens" and len(sess.main.generated) == M and not sess.running
     assert len(outs) == len(sess.main.trace.steps) - n                   # one update per cycle
     assert "finished" in outs[-1]["status"]

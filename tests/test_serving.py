@@ -139,6 +139,26 @@ def test_many_sessions_step_at_once_on_the_compiled_path(server):
         assert [f"cycle {n}" in s for n, s in enumerate(statuses[i], 1)] == [True] * S, statuses[i]
 
 
+def status_of(out) -> str:
+    return dict(zip(STEP_API, out))["status"]
+
+
+def running(out) -> bool:
+    """Whether a Run's answer keeps its timer ticking (the API returns the timer's update)."""
+    timer = out[len(STEP_API)]
+    return isinstance(timer, dict) and bool(timer.get("active"))
+
+
+def run(c, prompt: str, settings: dict, go_on=lambda n: True) -> list:
+    """Run as the page runs it: /run, then /run_next (the run timer's tick, each its own queued
+    Step) while the timer is active and `go_on(cycles so far)`; every answer, in order."""
+    outs = [c.submit(prompt, *ui(**settings), api_name="/run").result(timeout=STEP_TIMEOUT)]
+    while running(outs[-1]) and go_on(len(outs)):
+        assert len(outs) < 500, "a Run that never ends"
+        outs.append(c.submit(prompt, *ui(**settings), api_name="/run_next").result(timeout=STEP_TIMEOUT))
+    return outs
+
+
 def test_run_and_stop_from_two_sessions(server):
     """Two sessions press Run at once, each presses Stop after a few cycles: both runs end (stopped,
     not finished) within bounded time, each session can Step on from where it stopped, and the
@@ -146,18 +166,58 @@ def test_run_and_stop_from_two_sessions(server):
     def student(i):
         c = client(server)
         prompt = f"w{i + 3} w{i + 5} w{i + 9}"
-        job = c.submit(prompt, *ui(**SETTINGS), api_name="/run")
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while len(job.outputs()) < 3:          # a few streamed cycles
-            assert not job.done() and time.monotonic() < deadline, "Run streamed no cycles"
-            time.sleep(0.05)
+        outs = run(c, prompt, SETTINGS, go_on=lambda n: n < 3)     # a few cycles
+        assert len(outs) == 3 and running(outs[-1]), [status_of(o) for o in outs]
         c.predict(api_name="/on_stop")
-        last = dict(zip(STEP_API, job.result(timeout=STEP_TIMEOUT)))
-        n = int(last["status"].split("cycle ")[1].split(" ")[0])
-        assert "finished" not in last["status"], last["status"]
+        after = c.submit(prompt, *ui(**SETTINGS), api_name="/run_next").result(timeout=STEP_TIMEOUT)
+        assert not running(after)                                  # the timer stops: no more cycles
+        last = status_of(outs[-1])
+        n = int(last.split("cycle ")[1].split(" ")[0])
+        assert "finished" not in last, last
         out = c.submit(prompt, *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)
-        assert f"cycle {n + 1} " in dict(zip(STEP_API, out))["status"]
+        assert f"cycle {n + 1} " in status_of(out)
 
     errors = run_threads(student, 2, timeout=4 * STEP_TIMEOUT)
     assert answers(server), "the server stopped answering"
     assert not errors, errors
+
+
+def test_steps_take_turns_with_two_runs(tiny_compiled, tmp_path):
+    """At concurrency 2, two visitors Run long answers and a third presses Step three times: its
+    Steps answer while both Runs go on (each Run is a chain of queued Steps, not a slot held to
+    the end of its answer), and both Runs then reach their end. No timing is asserted: the order
+    of events is."""
+    folder, head, cache = tiny_compiled
+    app = App(tmp_path, "--target", str(folder), "--head", head, "--threads", "1", "--concurrency", "2",
+              env={"EAGLE2_CACHE": str(cache)})
+    long = dict(SETTINGS, max_new_tokens=160)
+    try:
+        app.wait_for("ready at", 0, timeout=180)
+        cycles = {0: 0, 1: 0}
+
+        def runner(i):
+            def go_on(n):
+                cycles[i] = n
+                return True
+            outs = run(client(app), f"w{i + 3} w{i + 5} w{i + 9}", long, go_on)
+            assert "finished" in status_of(outs[-1]), status_of(outs[-1])
+
+        def stepper():
+            c = client(app)
+            deadline = time.monotonic() + STEP_TIMEOUT
+            while min(cycles.values()) < 2:                   # both Runs under way
+                assert time.monotonic() < deadline, f"the Runs did not start: {cycles}"
+                time.sleep(0.02)
+            for k in range(1, 4):
+                out = c.submit("w7 w8 w9", *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)
+                assert f"cycle {k} " in status_of(out)
+            return dict(cycles)
+
+        at: dict = {}
+        errors = run_threads(lambda i: runner(i) if i < 2 else at.update(stepper()), 3, timeout=6 * STEP_TIMEOUT)
+        assert answers(app), "the server stopped answering"
+        assert not errors, errors
+        # the Runs had more cycles to go when the third visitor's Steps had all answered
+        assert at and all(cycles[i] > at[i] for i in (0, 1)), (at, cycles)
+    finally:
+        app.stop()
