@@ -298,3 +298,74 @@ def test_a_queued_step_shows_its_place_in_the_queue(browser, real_bundle, monkey
         if ctx is not None:
             ctx.close()
         demo.close()
+
+
+def test_a_class_follows_the_presenter_with_no_click(browser, server):
+    """The presenter (1440 px) Steps and presses Present: the code shows large, with a link. A
+    follower opens that link at 390 px and, with no click, its status line and tree follow the
+    presenter through two more Steps. It breaks away with Step (its own race), and Follow brings
+    it back to the presenter's race."""
+    pctx, presenter = open_page(browser, server, width=1440, height=900)
+    fctx = None
+    try:
+        wait_model_ready(presenter)
+        step(presenter, "Write a haiku about the sea.", 1)
+        presenter.locator("#live-classroom > .label-wrap").click()
+        presenter.locator("#present-btn").click()
+        presenter.wait_for_function("() => (document.querySelector('#follow-code input, #follow-code textarea')"
+                                    " || {}).value?.length === 6")
+        code = presenter.locator("#follow-code input, #follow-code textarea").first.input_value()
+        assert page_font_px(presenter, "#follow-code input, #follow-code textarea") >= 36   # read from the back
+        link = presenter.locator("#follow-link a").first.get_attribute("href")
+        assert link.endswith(f"/?follow={code}"), link
+        wait_status(presenter, f"Presenting {code}")
+        presenter.screenshot(path=str(ARTIFACTS / "presenter.png"))
+
+        fctx, follower = open_page(browser, link, **PHONE)
+        wait_status(follower, f"Following {code}")
+        wait_status(follower, "cycle 1 ·")
+        wait_status(presenter, "1 following", timeout=30_000)
+        for n in (2, 3):                                   # the follower clicks nothing
+            presenter.locator("#step-btn").click()
+            wait_status(presenter, f"cycle {n} ·")
+            wait_status(follower, f"cycle {n} ·", timeout=30_000)
+            follower.wait_for_function(
+                "(c) => { const el = document.querySelector('#live-tree .js-plotly-plot');"
+                " return el && el.layout.title.text.startsWith('Cycle ' + c + ' '); }", arg=n, timeout=30_000)
+        assert plot_traces(follower, "live-tree")["draft nodes"] >= 1
+        assert follower.locator("#prompt textarea").input_value() == "Write a haiku about the sea."
+        follower.screenshot(path=str(ARTIFACTS / "follower-phone.png"))
+
+        follower.locator("#step-btn").click()              # break away: the presenter's prompt, its own race
+        follower.wait_for_function("() => { const s = document.querySelector('#live-status').innerText;"
+                                   " return s.includes('cycle 1 ·') && !s.includes('Following'); }")
+        presenter.locator("#step-btn").click()
+        wait_status(presenter, "cycle 4 ·")                # the presenter's race is its own
+        follower.locator("#live-classroom > .label-wrap").click()
+        follower.locator("#follow-input input, #follow-input textarea").first.fill(code)
+        follower.locator("#follow-btn").click()            # and back
+        wait_status(follower, "cycle 4 ·", timeout=30_000)
+        wait_status(follower, f"Following {code}")
+        follower.screenshot(path=str(ARTIFACTS / "follower-back.png"))
+    finally:
+        if fctx is not None:
+            fctx.close()
+        pctx.close()
+
+
+def page_font_px(page, selector: str) -> float:
+    return page.evaluate("(s) => parseFloat(getComputedStyle(document.querySelector(s)).fontSize)", selector)
+
+
+def test_run_steps_on_by_itself_and_stop_halts_it(page):
+    """Run: the cycles come one after another with no further click (each its own queued Step);
+    Stop halts it after the cycle in flight, and the count stays put."""
+    wait_model_ready(page)
+    page.locator("#prompt textarea").fill("List five animals that live in the ocean.")
+    page.locator("#run-btn").click()
+    wait_status(page, "cycle 3 ·", timeout=120_000)
+    page.locator("#stop-btn").click()
+    page.wait_for_timeout(1500)                            # the cycle in flight lands
+    stopped = page.locator("#live-status").inner_text()
+    page.wait_for_timeout(2000)
+    assert page.locator("#live-status").inner_text() == stopped and "finished" not in stopped

@@ -103,6 +103,7 @@ def test_followers_mirror_the_presenter_from_one_render(tiny, monkeypatch):
     pres = live.on_present(None)
     code, sess = pres["follow_code"], pres["session"]
     assert pres["follow_timer"].active and f"Presenting **{code}** · 0 following" in pres["status"]
+    assert "<svg" in pres["follow_link"] and f"/?follow={code}" in pres["follow_link"]   # a QR code and the link
     followers = [live.on_follow(None, code, OPEN) for _ in range(5)]
     assert all("Waiting for the presenter's first" in f["status"] for f in followers)
     fs = [f["session"] for f in followers]

@@ -167,6 +167,14 @@ class Classroom:
 CLASSROOM = Classroom()
 
 
+def qr_svg(link: str, px: int = 220) -> str:
+    """The link as a QR code, inline SVG (a phone camera opens it from the projector)."""
+    import qrcode
+    import qrcode.image.svg
+    svg = qrcode.make(link, image_factory=qrcode.image.svg.SvgPathImage, border=2).to_string(encoding="unicode")
+    return svg[svg.index("<svg"):].replace("<svg ", f'<svg style="width:{px}px;height:{px}px" ', 1)
+
+
 def lan_address() -> str | None:
     """This machine's first non-loopback IPv4 address (where the class reaches a laptop serving on
     0.0.0.0), read from the network interfaces; None if it has none."""
@@ -203,5 +211,5 @@ def follow_link(headers, code: str, bind_host: str | None) -> tuple[str, str | N
             netloc = f"{lan}:{port}" if port else lan
         else:
             note = ("This address works on this computer only: to let a class follow, start the app with "
-                    "`--host 0.0.0.0` (a classroom network) or put it up as a Space.")
+                    "--host 0.0.0.0 (a classroom network) or put it up as a Space.")
     return f"{scheme}://{netloc}{path.rstrip('/')}/?follow={code}", note

@@ -9,6 +9,7 @@ Live status line.
 """
 from __future__ import annotations
 
+import html
 import logging
 import tempfile
 import time
@@ -21,7 +22,7 @@ import viz
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 
-from .classroom import CLASSROOM, Follower, follow_link
+from .classroom import CLASSROOM, Follower, follow_link, qr_svg
 from .dashboard import DASH, NAMES, PANELS, render, render_panel, shown, toggle
 from .model import MODEL
 from .session import Session, Settings
@@ -298,8 +299,10 @@ class Live(Tab):
                                       race_status(sess) if sess.started else "", sess.prompt)
         code = sess.presentation.code
         link, note = follow_link(getattr(request, "headers", None), code, CLASSROOM.bind_host)
-        md = f"Students open **[{link}]({link})**, or type the code **{code}** and press **Follow**."
-        return {o["follow_code"]: code, o["follow_link"]: md + (f"  \n*{note}*" if note else ""),
+        howto = (f'<div class="follow-qr">{qr_svg(link)}</div><p>Students scan this, open <a href="{html.escape(link)}" '
+                 f'target="_blank">{html.escape(link)}</a>, or type the code <b>{code}</b> and press <b>Follow</b>.</p>'
+                 + (f"<p><i>{html.escape(note)}</i></p>" if note else ""))
+        return {o["follow_code"]: code, o["follow_link"]: howto,
                 o["status"]: live_status(sess), o["session"]: sess, o["follow_timer"]: gr.Timer(active=True)}
 
     def on_unpresent(self, sess) -> dict:
