@@ -65,6 +65,7 @@ def main(argv=None) -> int:
         return 0
     from ui.model import MODEL
     from ui.page import launch
+    show_model_log()
     MODEL.start(a.target, a.head, a.device, a.dtype, recalibrate=a.recalibrate, compile=a.compile)
     try:
         demo = launch(a.host, a.port, a.concurrency, block=False)
@@ -82,6 +83,19 @@ def main(argv=None) -> int:
         demo.close()
         return 130
     return 0
+
+
+def show_model_log() -> None:
+    """The engine's model layer logs on stderr from INFO up (Python's default shows warnings
+    only): each t(N) measurement is one line naming the thread that measured and whether the
+    table was cached, so a server's log shows that no visitor's Step measured."""
+    import logging
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    engine = logging.getLogger("eagle2.model")
+    engine.setLevel(logging.INFO)
+    engine.addHandler(handler)
+    engine.propagate = False
 
 
 def announce(model, url: str, poll: float = 0.5) -> None:

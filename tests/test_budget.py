@@ -6,10 +6,16 @@
    first (measuring) cycle.
 3. Lossless: greedy output equals plain greedy on the real model, and under sampling the first
    three tokens follow the target's exact distribution (chi-square, as tests/test_lossless.py).
+4. No Step measures t(N): a budget starts from the best table known (an estimate when the cache
+   has none that is plausible), the background measurer measures only while nothing decodes, and
+   the cache holds quiet measurements only (live corrections stay in the policy).
 """
 from __future__ import annotations
 
 import itertools
+import json
+import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -132,10 +138,10 @@ def test_an_inflated_cost_table_corrects_itself(sampling_setup):
     assert many(got[2:]) >= 0.8 * many(control[2:])      # ...and the corrected budget keeps them again
 
 
-def test_a_corrected_table_is_written_back(sampling_setup, tmp_path, monkeypatch):
-    """Live figures that disagree with the cached table replace it in the cache; an implausible
-    cached table (not monotone) is measured again instead of used."""
-    import json
+def test_live_corrections_stay_in_the_process(sampling_setup, tmp_path, monkeypatch):
+    """Live figures that disagree with the cached table correct the policy's table, not the cache
+    (timings taken while other sessions decode are their load, not this machine's cost); an
+    implausible cached table (not monotone) is measured again by a tool that asks for it."""
     from eagle2.model import timing
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(tmp_path / "verify_times.json"))
     bundle, _ = sampling_setup
@@ -147,14 +153,146 @@ def test_a_corrected_table_is_written_back(sampling_setup, tmp_path, monkeypatch
     real = {1: 0.0374, 2: 0.0262, 4: 0.0302, 8: 0.0330, 16: 0.0425, 32: 0.0637, 64: 0.1034, 128: 0.1893}
     assert timing.plausible(real)
     assert not timing.plausible({**real, 16: 0.020})  # but not one that falls from N = 2 on
-    fresh = timing.verify_profile(bundle)                # implausible: measured again
+    fresh = timing.verify_profile(bundle)                # implausible: measured again (a tool, in the foreground)
     assert set(fresh) == set(timing.GRID)
     busy = {1: 0.01, 2: 0.03, 4: 0.03, 8: 0.03}         # 3x too high, yet plausible: kept as the start
     assert timing.plausible(busy)
     timing.store_profile(bundle, busy)
     pol = AutoBudgetPolicy(depth=2, top_k=3, total_tokens=8, adaptive_depth=False)
     pol.prepare(bundle)
-    assert pol.profile == busy                           # starts from the cache
+    assert pol.profile == busy and pol.prior == timing.MEASURED   # starts from the cache
     _choices(bundle, pol, 60, lambda n: 0.01)
+    assert pol.t_of(8) < 1.5 * pol.t_of(1)               # corrected in the policy...
     written = {int(k): v for k, v in json.loads((tmp_path / "verify_times.json").read_text())[key].items()}
-    assert written != busy and written[8] < 1.5 * written[1]
+    assert written == busy                               # ...and the cache still holds the measurement
+
+
+IMPLAUSIBLE = {"1": 1.0, "2": 5.0, "4": 0.1}
+
+
+@pytest.fixture()
+def measurer(monkeypatch):
+    """A background measurer of the test's own, quick to settle (the process's one may be waiting
+    for a quiet moment on another test's model), and an empty memory of plausible tables."""
+    from eagle2.model import measurer as m, timing
+    own = m.Measurer(settle_s=0.2, wait_s=60.0)
+    monkeypatch.setattr(m, "MEASURER", own)
+    monkeypatch.setattr(timing, "_known", {})
+    yield own
+    own._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def counting_measurements(monkeypatch) -> list[str]:
+    """The names of the threads that call measure_verify_times from now on."""
+    from eagle2.model import timing
+    calls, real = [], timing.measure_verify_times
+
+    def counted(*a, **kw):
+        calls.append(threading.current_thread().name)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(timing, "measure_verify_times", counted)
+    return calls
+
+
+def test_sessions_starting_at_once_do_not_measure_in_their_first_step(tiny_target, tmp_path, monkeypatch, measurer):
+    """Four sessions start eagle2-auto at the same moment against a cache whose table for the model
+    is not plausible (the reporter's class: a table rewritten from timings taken under load). None
+    of their first Steps measures t(N) (each used to, seconds on a CPU the other sessions share):
+    they start from an estimate, and the background measurer measures once they are quiet, in its
+    own thread, and caches what it measured."""
+    from eagle2.decoding.race import Race, RaceSettings
+    from eagle2.model import timing
+    from eagle2.model.loading import load_bundle
+    folder, _ = tiny_target("quiet-sessions")      # a model of its own: no table of it in this process
+    bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
+    cache = tmp_path / "verify_times.json"
+    monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(cache))
+    cache.write_text(json.dumps({timing._cache_key(bundle): IMPLAUSIBLE}))
+    calls = counting_measurements(monkeypatch)
+    K, settings = 4, RaceSettings(policy="eagle2-auto", total_tokens=8, depth=3, top_k=4, max_new_tokens=12)
+    barrier, races, errors = threading.Barrier(K, timeout=60), {}, []
+
+    def first_step(i):
+        try:
+            barrier.wait()
+            r = Race()
+            r.start(bundle, f"w{i + 3} w{i + 5} w{i + 9}", settings)   # what a session's first Step does
+            r.tick()
+            races[i] = r
+        except Exception as e:  # reported below
+            errors.append(f"session {i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=first_step, args=(i,), name=f"session-{i}", daemon=True) for i in range(K)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not [t.name for t in threads if t.is_alive()], "a first Step did not answer within 120 s"
+    assert not errors, errors
+    in_steps = [name for name in calls if name.startswith("session-")]
+    print(f"measure_verify_times called from: {calls}")
+    assert not in_steps, f"the sessions' first Steps measured t(N) {len(in_steps)} time(s): {in_steps}"
+    assert all(r.main.policy.prior == timing.ESTIMATE for r in races.values())
+    assert all(timing.plausible(r.main.policy.profile) for r in races.values())
+    # the sessions asked once between them; the measurer measured when they had stopped
+    measurer.request(bundle).result(timeout=120)
+    assert calls and all(name.startswith("eagle2-t(N)-measurer") for name in calls), calls
+    cached = timing.cached_profile(bundle)
+    assert cached is not None and set(cached) == set(timing.GRID)
+
+
+def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, monkeypatch, measurer):
+    """A measurement with a decode in flight when it began, or one starting before it ended, is not
+    written to the cache: the background measurer gives way at once and measures again when quiet."""
+    from eagle2.model import timing
+    from eagle2.model.activity import DECODING
+    bundle, _ = sampling_setup
+    monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(tmp_path / "verify_times.json"))
+    with DECODING:                                   # a session's Step in flight
+        t, quiet = timing.measure_quietly(bundle)
+    assert not quiet and set(t) == set(timing.GRID) and timing.cached_profile(bundle) is None
+    calls, measured = counting_measurements(monkeypatch), []
+    counted = timing.measure_verify_times
+
+    def a_step_starts_meanwhile(*a, **kw):
+        if not measured:                             # the first measurement: a session decodes
+            plain = Decoder(bundle, "plain", max_new_tokens=4, record=False)
+            plain.start(input_ids=SPROMPT)
+            plain.step()
+        measured.append(counted(*a, **kw))
+        return measured[-1]
+
+    monkeypatch.setattr(timing, "measure_verify_times", a_step_starts_meanwhile)
+    measurer.request(bundle).result(timeout=120)
+    assert len(calls) >= 2 and len(measured[0]) < len(timing.GRID)   # gave way at once, then again
+    assert timing.cached_profile(bundle) == measured[-1]              # what the quiet one measured
+    assert all(set(m) == set(timing.GRID) for m in measured[1:])
+
+
+def test_a_budget_without_a_table_starts_from_an_estimate(sampling_setup, tmp_path, monkeypatch, measurer):
+    """With no plausible table cached (none, or one that is not plausible) a budget starts from an
+    estimate built on t(1), plausible by construction, and decodes losslessly from it: greedy output
+    equals plain decoding."""
+    from eagle2.model import timing
+    bundle, _ = sampling_setup
+    cache = tmp_path / "verify_times.json"
+    monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(cache))
+    guessed = timing.starting_table(bundle)                        # nothing cached: t(1) from the weights
+    assert guessed.source == timing.ESTIMATE and timing.plausible(guessed.table)
+    cache.write_text(json.dumps({timing._cache_key(bundle): IMPLAUSIBLE}))
+    prior = timing.starting_table(bundle)                          # the stale table's t(1)
+    assert prior.source == timing.ESTIMATE and prior.table[1] == 1.0 and timing.plausible(prior.table)
+    assert set(prior.table) == set(timing.GRID) and prior.table[128] > prior.table[2]
+    ref = Decoder(bundle, "plain", max_new_tokens=24, record=False)
+    ref.start(input_ids=SPROMPT)
+    ref.generate()
+    pol = AutoBudgetPolicy(depth=3, top_k=4, total_tokens=8)
+    dec = Decoder(bundle, pol, max_new_tokens=24, record=False)
+    assert pol.prior == timing.ESTIMATE
+    dec.start(input_ids=SPROMPT)
+    dec.generate()
+    assert dec.generated == ref.generated
+    measurer.request(bundle).result(timeout=120)   # the budget asked for a table: measured once quiet
+    assert timing.cached_profile(bundle) != {int(k): v for k, v in IMPLAUSIBLE.items()}

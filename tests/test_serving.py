@@ -221,3 +221,48 @@ def test_steps_take_turns_with_two_runs(tiny_compiled, tmp_path):
         assert at and all(cycles[i] > at[i] for i in (0, 1)), (at, cycles)
     finally:
         app.stop()
+
+
+def test_sessions_starting_at_once_measure_nothing_on_the_server(tiny_target, tmp_path):
+    """The server on the eager forward measures t(N) while it loads; then its cached table is
+    replaced by one that is not plausible (as timings taken under a class's load once made it),
+    and 4 sessions press Step at once with eagle2-auto. Every Step answers within bounded time,
+    the server answers afterwards, and its log shows every t(N) measurement in the background
+    measurer's thread (one line each), none in a Step: once the sessions are quiet it replaces the
+    bad table."""
+    import json
+    folder, _ = tiny_target("serving-quiet")
+    cache = tmp_path / "verify_times.json"
+    app = App(tmp_path, "--target", str(folder), "--head", "random", "--threads", "1", "--concurrency", "4",
+              "--no-compile", env={"EAGLE2_TIMING_CACHE": str(cache)})
+
+    def measured() -> list[str]:
+        return [ln for ln in app.text()[1].splitlines() if ln.startswith("t(N) measured")]
+
+    try:
+        app.wait_for("ready at", 0, timeout=180)
+        assert len(measured()) == 1 and cache.is_file(), app.text()[1][-2000:]   # while loading
+        bad = {"1": 1.0, "2": 5.0, "4": 0.1}
+        cache.write_text(json.dumps({key: bad for key in json.loads(cache.read_text())}))
+        K, S = 4, 3
+
+        def student(i):
+            c = client(app)
+            prompt = " ".join(f"w{(i * 11 + j) % 90 + 1}" for j in range(5))
+            for n in range(1, S + 1):
+                out = c.submit(prompt, *ui(**dict(SETTINGS, policy="eagle2-auto")),
+                               api_name="/step").result(timeout=STEP_TIMEOUT)
+                assert f"cycle {n}" in dict(zip(STEP_API, out))["status"]
+
+        errors = run_threads(student, K, timeout=K * S * STEP_TIMEOUT)
+        assert answers(app), "the server stopped answering"
+        assert not errors, errors
+        deadline = time.monotonic() + 120
+        while len(measured()) < 2 and time.monotonic() < deadline:   # the sessions asked: measured once quiet
+            time.sleep(0.5)
+        lines = measured()
+        assert len(lines) >= 2 and all(" in thread eagle2-t(N)-measurer" in ln for ln in lines), lines
+        assert "quiet: cached" in lines[-1], lines
+        assert bad not in json.loads(cache.read_text()).values()
+    finally:
+        app.stop()

@@ -11,6 +11,7 @@ from eagle2.errors import UserError
 from eagle2.policies.registry import default_policy
 
 log = logging.getLogger(__name__)
+MEASURE_AT_LOAD_S = 600.0   # the loader's wait for t(N) (seconds at most, on a quiet machine)
 
 
 class ModelHolder:
@@ -65,7 +66,8 @@ class ModelHolder:
             self.stage = "warming up (token table)"
             b.token_texts([0])
             # t(N), the auto budget's starting costs: measured now if this machine has no table
-            # (seconds), so that no visitor's first Step waits for it
+            # (seconds, before any visitor decodes: a quiet measurement), so the first Steps start
+            # from it rather than from an estimate
             self.stage = "measuring this machine's verification costs t(N)"
             self._measure_costs(b)
             self.set(b)
@@ -80,12 +82,13 @@ class ModelHolder:
             self._done.set()
 
     def _measure_costs(self, b) -> None:
-        """t(N) now, not in a visitor's first Step. Only a head start: if it fails, the
-        auto budget measures at its first use and says why if it cannot."""
-        from eagle2.model.timing import verify_profile
+        """t(N) now, by the background measurer (the one that measures while the page serves), the
+        loader waiting for it. Only a head start: if it fails, the auto budget starts from an
+        estimate and asks the measurer again."""
+        from eagle2.model.measurer import request_measurement
         try:
-            verify_profile(b, refresh=self.recalibrate)
-        except (UserError, RuntimeError, OSError) as e:
+            request_measurement(b, refresh=self.recalibrate).result(timeout=MEASURE_AT_LOAD_S)
+        except (UserError, RuntimeError, OSError, TimeoutError) as e:
             log.warning("t(N) not measured at start-up (%s: %s)", type(e).__name__, e)
 
     def _attach_compiled(self, b, opts: dict) -> None:
@@ -99,9 +102,9 @@ class ModelHolder:
         try:
             attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
             ct = b.target.compiled
-            if ct is not None and not ct.complete():  # packages still to land: their t(N) then
-                from eagle2.model.timing import verify_profile
-                ct.on_complete = lambda: verify_profile(b)
+            if ct is not None and not ct.complete():  # packages still to land: their t(N) then,
+                from eagle2.model.measurer import request_measurement  # measured when quiet
+                ct.on_complete = lambda: request_measurement(b)
         except Exception as e:  # an optimisation only: the eager forward serves, the log has the traceback
             log.warning("compiled forward unavailable", exc_info=True)
             b.target.compiled = b.head.compiled = None

@@ -23,6 +23,7 @@ from ..cycle.sampling import SamplingParams, choose
 from ..cycle.trace import StepTrace, Trace
 from ..cycle.tree import DraftTree
 from ..errors import UserError, check
+from ..model.activity import DECODING
 from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
@@ -68,6 +69,9 @@ class Decoder:
         return PLAIN if self.policy is None else self.policy.name
 
     # ------------------------------------------------------------------ start
+    # Each start, step and preview counts as decoding in flight (model/activity.py): a t(N)
+    # measurement that overlaps one is not this machine's cost and is not cached.
+    @DECODING
     def start(self, prompt: str | None = None, messages: list | None = None, input_ids: list[int] | None = None,
               raw: bool = False) -> StepTrace:
         """Prefill the prompt; emits the first token (cycle 0)."""
@@ -110,6 +114,7 @@ class Decoder:
         return self._emit([root], None, {"draft_s": 0.0, "verify_s": dt, "commit_s": 0.0})
 
     # ------------------------------------------------------------------ one cycle
+    @DECODING
     def step(self) -> StepTrace:
         """One cycle: draft -> verify -> accept -> commit (or one plain token)."""
         check(self.started, "Start a prompt first.")
@@ -175,6 +180,7 @@ class Decoder:
         self.root_g, self.root_logp = g[-1], logp[-1]
         self._absorb_s = self._now() - t0
 
+    @DECODING
     def preview(self, policy) -> StepTrace:
         """The cycle another policy would run on the current context, without committing (the
         page's side-by-side view), numbered like the next step. A policy object runs as a fork: the

@@ -1,19 +1,26 @@
 """Measured costs of the target on this machine: t(N), the time to verify N tree tokens.
 
-t(N) is measured at start-up once per device, model, dtype, torch version, thread count and
-weight layout, and cached as JSON (profile_path(): cache_dir()/verify_times.json unless
-$EAGLE2_TIMING_CACHE names another file). A cached table is only a starting point: it
-is sanity-checked when read (`plausible`), and `CostTable` corrects it from every verification
-the decoder times, writing the corrected table back when the live figures disagree (a table
-measured while the machine was busy must not steer the hardware-aware budget forever).
+The cache (profile_path(): cache_dir()/verify_times.json unless $EAGLE2_TIMING_CACHE names another
+file) holds one t(N) table per device, model, dtype, torch version, thread count and forward
+(weight layout, compiled packages), and only quiet measurements: a table timed while nothing else
+decoded in this process (`measure_quietly`). It is written when a table is measured: at start-up,
+when the compiled packages land, when the table is missing or not plausible, and on --recalibrate
+(model/measurer.py in the app, `verify_profile` in the command-line tools). It never changes from
+a visitor's Step: a budget starts from `starting_table` without measuring, and `CostTable`'s live
+corrections stay in the policy that made them (timings taken while other sessions decode are that
+moment's load, not the machine's cost; written back, they made the next session measure again
+inside its first Step).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import statistics
 import threading
+import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +29,11 @@ from torch.utils.benchmark import Timer
 
 from ..devices import is_cuda
 from ..files import locked_update, read_json
+from .activity import DECODING
 from .weights import cache_dir
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+log = logging.getLogger(__name__)
 
 
 def sync(dev: torch.device) -> None:
@@ -65,13 +74,16 @@ def interleaved_medians(dev: torch.device, variants: dict, call, repeats: int) -
 
 
 @torch.no_grad()
-def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID) -> dict[int, float]:
+def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID, stop=None) -> dict[int, float]:
     """Median seconds of one target forward of N tree tokens (plus their logits) after `context`
-    committed tokens, for N in grid."""
+    committed tokens, for N in grid. `stop()`, asked before each N, ends it early (the sizes
+    measured so far): a background measurement gives way to a visitor's Step at once."""
     tgt, dev = bundle.target, bundle.device
     cache = prefilled_cache(tgt, context, max(grid) + 1)
     out = {}
     for n in grid:
+        if stop is not None and stop():
+            break
         toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
         pos = torch.arange(context, context + n, device=dev)
         mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
@@ -136,63 +148,143 @@ def store_table(key: str, t: dict[int, float]) -> None:
 
 
 def store_profile(bundle, t: dict[int, float]) -> None:
-    """Write t(N) for this bundle on this machine to the cache (the next start begins from it)."""
+    """Write t(N) for this bundle on this machine to the cache (the next start begins from it).
+    Only quiet measurements belong there (`measure_quietly`)."""
     store_table(_cache_key(bundle), t)
 
 
 def cached_profile(bundle, full: bool | None = None) -> dict[int, float] | None:
-    """The t(N) table cached for this bundle as stored: the last one measured or corrected by live
-    timings (CostTable), plausible or not. `full` False: the table of the forward before every
-    compiled package had landed."""
+    """The t(N) table cached for this bundle as stored: the last quiet measurement, plausible or
+    not. `full` False: the table of the forward before every compiled package had landed."""
     cached = _read_cache().get(_cache_key(bundle, full))
     return {int(k): float(v) for k, v in cached.items()} if isinstance(cached, dict) else None
 
 
-_measuring = threading.Lock()   # one measurement at a time: sessions starting together measure once
+# The last plausible table this process has read or measured, per cache key: a start keeps it if
+# the file loses it (an older version, or another process, rewrote that key with a bad table).
+_known: dict[str, dict[int, float]] = {}
+
+
+def _plausible_cached(bundle, full: bool | None = None) -> dict[int, float] | None:
+    t = cached_profile(bundle, full)
+    if t is None or not plausible(t):
+        return None
+    _known[_cache_key(bundle, full)] = t
+    return t
+
+
+_measuring = threading.Lock()   # one measurement at a time (the background measurer, a tool's own)
+
+
+def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], bool]:
+    """t(N) measured now in this thread, and whether it was quiet: no decode in flight when it
+    began, none started before it ended, and the forward unchanged (a compiled package landing
+    meanwhile). Only a quiet table is cached. `give_way`: stop at the next size once a decode
+    starts (the background measurer: a visitor's Step does not share the CPU with it for long) or
+    the interpreter exits (its worker thread is joined then). One line in the log says which
+    thread measured and what became of the table."""
+    with _measuring:
+        key, mark, t0 = _cache_key(bundle), DECODING.mark(), time.perf_counter()
+        t = measure_verify_times(bundle, stop=(lambda: not DECODING.quiet_since(mark)
+                                               or not threading.main_thread().is_alive()) if give_way else None)
+        quiet = DECODING.quiet_since(mark) and _cache_key(bundle) == key and len(t) == len(GRID)
+        if quiet:
+            store_profile(bundle, t)
+            if plausible(t):
+                _known[key] = t
+        what = ("quiet: cached" + ("" if plausible(t) else ", but not plausible") if quiet
+                else "not kept: a decode ran meanwhile, or the forward changed")
+        log.info("t(N) measured in thread %s (%.1f s, %s) for %s", threading.current_thread().name,
+                 time.perf_counter() - t0, what, key)
+        return t, quiet
 
 
 def verify_profile(bundle, refresh: bool = False, measure: bool = True) -> dict[int, float] | None:
-    """t(N) for this bundle on this machine: from the cache if it is plausible, else measured now
-    (seconds) and cached (with measure=False: None when no plausible table is cached). While
-    another thread measures (the app does when the compiled packages land), a caller does not wait
-    seconds for it: it starts from the table of the forward before them, which its live timings
-    correct."""
-    t = cached_profile(bundle)
-    if not refresh and t is not None and plausible(t):
+    """t(N) for this bundle on this machine: the cached table if it is plausible, else (`measure`)
+    measured now in this thread (seconds) and cached if quiet; with measure=False, None when no
+    plausible table is cached. For the callers that run no visitor's Step: the command-line tools
+    before their timed work (they decode nothing meanwhile), the background measurer, the tests.
+    A budget never calls it: it starts from `starting_table`."""
+    t = _plausible_cached(bundle)
+    if not refresh and t is not None:
         return t
     if not measure:
         return None
-    if not _measuring.acquire(blocking=False):
-        before = cached_profile(bundle, full=False)
-        if not refresh and before is not None and plausible(before):
-            return before
-        _measuring.acquire()
-    try:
-        t = cached_profile(bundle)
-        if refresh or t is None or not plausible(t):
-            t = measure_verify_times(bundle)
-            store_profile(bundle, t)
-        return t
-    finally:
-        _measuring.release()
+    return measure_quietly(bundle)[0]
+
+
+# The shape of an estimated table: each token after the first adds 1/32 of one token's forward.
+# Measured tables: about 1/20 on fp32 CPUs, 1/110 with bf16 on an AMX Xeon, about 0 on a GPU up to
+# 64 tokens; live corrections fix the rest within a few cycles.
+ESTIMATE_SLOPE = 1 / 32
+# With no t(1) anywhere, one token's forward is guessed from the weights' bytes read at this rate
+# (GB/s; a CPU's streaming read is 10-40, a GPU's hundreds): only the scale of a first cycle.
+GUESSED_READ_GBS = 10.0
+
+
+def estimated_table(t1: float, grid=GRID) -> dict[int, float]:
+    """A plausible t(N) from one token's forward: t(1) (1 + (N - 1) ESTIMATE_SLOPE)."""
+    return {n: t1 * (1 + (n - 1) * ESTIMATE_SLOPE) for n in grid}
+
+
+def _usable_t1(t: dict | None) -> float | None:
+    v = (t or {}).get(1)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A budget's starting t(N) and where it came from (`source`, for the record)."""
+    table: dict[int, float]
+    source: str
+
+    @property
+    def cached(self) -> bool:
+        """Whether the cache holds it: else the measurer is asked for one."""
+        return self.source == MEASURED
+
+
+MEASURED = "measured (cached)"
+KNOWN = "measured earlier in this process"
+EAGER = "the forward before the compiled packages"
+ESTIMATE = "estimate from t(1)"
+
+
+def starting_table(bundle) -> Prior:
+    """The best t(N) to start a budget from without measuring (a Step never waits for one): the
+    cached table if plausible; else the last plausible one this process has seen for this key;
+    else the cached table of the forward before the compiled packages landed; else an estimate
+    from t(1) (the stale or eager table's, else guessed from the weights' size)."""
+    t = _plausible_cached(bundle)
+    if t is not None:
+        return Prior(t, MEASURED)
+    if _cache_key(bundle) in _known:
+        return Prior(_known[_cache_key(bundle)], KNOWN)
+    if _cache_key(bundle, full=False) != _cache_key(bundle):
+        t = _plausible_cached(bundle, full=False)
+        if t is not None:
+            return Prior(t, EAGER)
+    t1 = _usable_t1(cached_profile(bundle)) or _usable_t1(cached_profile(bundle, full=False))
+    if t1 is None:
+        weight_bytes = sum(p.numel() * p.element_size() for p in bundle.target.parameters())
+        t1 = weight_bytes / (GUESSED_READ_GBS * 1e9)
+    return Prior(estimated_table(t1), ESTIMATE)
 
 
 class CostTable:
-    """t(N) for the budget: a prior table (start-up or cached) corrected by live verifications.
+    """t(N) for the budget: a prior table (cached, or an estimate) corrected by live verifications.
 
     Each observed N keeps the median of its last `window` timings. A prior point nobody has
     observed is scaled by live/prior at the nearest observed N below it, so one verification at
     N = 2 that took a third of the prior's figure corrects the whole table above it, not only that
-    point (points below every observation keep the prior: the budget explores both ways). When the live figures disagree with the prior by more than `tolerance` (3 or more
-    timings at an N), `on_change` receives the corrected table (the cache is rewritten), at most
-    once per `window` * 8 observations."""
+    point (points below every observation keep the prior: the budget explores both ways). The
+    corrections stay here: they are timings under whatever else runs, which the cache never holds."""
 
-    def __init__(self, prior: dict[int, float], window: int = 5, tolerance: float = 1.5, on_change=None):
+    def __init__(self, prior: dict[int, float], window: int = 5):
         self.prior = {int(n): float(v) for n, v in prior.items()}
-        self.window, self.tolerance, self.on_change = window, tolerance, on_change
+        self.window = window
         self.live: dict[int, deque] = {}
         self.observed = 0
-        self._last_saved = -10 ** 9
         self._curve = None    # (xs, ys) of estimates(), rebuilt after an observation: t() is called per N
 
     def _prior_at(self, n: float) -> float:
@@ -205,17 +297,6 @@ class CostTable:
         self.live.setdefault(int(n), deque(maxlen=self.window)).append(float(seconds))
         self.observed += 1
         self._curve = None
-        if self.on_change is not None and self.observed - self._last_saved >= 8 * self.window and self.disagrees():
-            self._last_saved = self.observed
-            self.on_change(self.estimates())
-
-    def disagrees(self) -> bool:
-        for n, d in self.live.items():
-            if len(d) >= 3:
-                r = statistics.median(d) / self._prior_at(n)
-                if not 1 / self.tolerance <= r <= self.tolerance:
-                    return True
-        return False
 
     def estimates(self) -> dict[int, float]:
         live = {n: statistics.median(d) for n, d in self.live.items() if d}

@@ -1,11 +1,12 @@
 """The hardware-aware budget (docs/algorithms.md §9): EAGLE-2 whose N, and optionally
 depth, are chosen every cycle from this machine's measured costs.
 
-t(N), the target's time to verify N tokens, starts from model/timing.py's table (measured at
-start-up, or cached) and is corrected by every verification the decoder times (`observe`). Each
-cycle keeps the N that maximises expected tokens per second, (1 + sum of the N-1 best node
-values) / (t_draft + t(N)): node values approximate acceptance probabilities, so their sum
-estimates the accepted length. Every EXPLORE_EVERY cycles the budget verifies one other N (twice
+t(N), the target's time to verify N tokens, starts from the best table known without measuring
+(model/timing.py's `starting_table`: the cached quiet measurement, else an estimate while the
+background measurer takes one) and is corrected by every verification the decoder times
+(`observe`); the corrections stay in the policy. Each cycle keeps the N that maximises expected
+tokens per second, (1 + sum of the N-1 best node values) / (t_draft + t(N)): node values
+approximate acceptance probabilities, so their sum estimates the accepted length. Every EXPLORE_EVERY cycles the budget verifies one other N (twice
 the best, then half of it) so that a wrong prior for sizes it never chooses gets re-measured;
 any N is lossless, so exploring costs only time.
 """
@@ -20,7 +21,8 @@ import numpy as np
 from ..cycle.records import AutoRecord
 from ..cycle.tree import DraftTree
 from ..errors import check
-from ..model.timing import CostTable, store_profile, verify_profile
+from ..model.measurer import request_measurement
+from ..model.timing import CostTable, starting_table
 from .eagle2 import Eagle2Policy
 
 EXPLORE_EVERY = 16
@@ -50,29 +52,38 @@ class AutoBudgetPolicy(Eagle2Policy):
     paid. Node values fall along every path, so a level that does not pay predicts that deeper
     ones will not either."""
     total_tokens: int = 64
-    profile: dict = field(default_factory=dict)   # t(N) in seconds; measured by prepare() if empty
+    profile: dict = field(default_factory=dict)   # t(N) in seconds; prepare() finds one if empty
     adaptive_depth: bool = True
     learn_costs: bool = True    # correct t(N) from the verifications it times (and explore to do so)
     name: ClassVar[str] = "eagle2-auto"
+    uses_costs: ClassVar[bool] = True
 
     def __post_init__(self):
         self.call_s = 0.0          # running mean seconds of one draft call (measured)
         self.rank_prob = None      # running mean draft probability of the child at each rank
         self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0}
         self.costs = None
+        self.prior = "given"       # where the starting table came from (timing.Prior.source)
         self._use(self.profile)
 
-    def _use(self, profile: dict, on_change=None) -> None:
+    def _use(self, profile: dict) -> None:
         self.profile = {int(n): float(v) for n, v in profile.items()}
         if self.profile:  # no extrapolation past the largest measured N
             self.total_tokens = min(self.total_tokens, max(self.profile))
-            self.costs = CostTable(self.profile, on_change=on_change)
+            self.costs = CostTable(self.profile)
 
     def prepare(self, bundle) -> None:
-        """Start from this machine's cached (or now measured) t(N); corrections are written back.
-        A table given by the caller is corrected live but never written to the cache."""
+        """Start from the best t(N) known without measuring: this runs inside a visitor's first
+        Step, which must not wait seconds for a measurement on a CPU that other sessions share.
+        Without a plausible cached table the background measurer is asked for one (the next
+        sessions start from it); this one's live corrections fix its start within a few cycles.
+        A table given by the caller is used as it is."""
         if self.costs is None:
-            self._use(verify_profile(bundle), on_change=lambda t: store_profile(bundle, t))
+            prior = starting_table(bundle)
+            if not prior.cached:
+                request_measurement(bundle)
+            self.prior = prior.source
+            self._use(prior.table)
         check(len(self.profile) >= 2, "The auto budget needs a measured verification profile.")
 
     def t_of(self, n: int) -> float:
@@ -152,7 +163,7 @@ class AutoBudgetPolicy(Eagle2Policy):
             self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
 
     def summary_stats(self) -> dict:
-        return {**self.stats, "verify_s": self.costs.estimates() if self.costs else {}}
+        return {**self.stats, "verify_s": self.costs.estimates() if self.costs else {}, "prior": self.prior}
 
 
 @dataclass

@@ -41,6 +41,8 @@ class TreePolicy:
     options: ClassVar[tuple[Option, ...]] = ()
     tree_params: ClassVar[tuple[str, ...]] = TREE_PARAMS   # which common flags apply
     total_tokens: int                                      # most tokens verified per cycle (sizes caches)
+    # prices its trees with this machine's t(N): a tool measures it first, in the foreground
+    uses_costs: ClassVar[bool] = False
 
     # -- construction
     @classmethod

@@ -47,6 +47,11 @@ def default_policy(device) -> str:
     return DEFAULT if is_cuda(device) else HARDWARE_AWARE
 
 
+def uses_costs(name) -> bool:
+    """Whether the policy prices its trees with this machine's t(N) (a tool measures it first)."""
+    return not is_plain(name) and policy_class(name).uses_costs
+
+
 def names() -> list[str]:
     return list(REGISTRY)
 

@@ -32,7 +32,7 @@ from ..model.timing import cached_profile, sync
 from ..devices import is_cuda
 from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
-                    apply_compile, apply_threads, recalibrate, sampling_from)
+                    apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
 from ..machine import cpu_info, describe_cpu
 from .prompt_files import read_prompts
 
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python -m eagle2 bench " + " ".join(argv or [])})
     profile = cached_profile(bundle)
-    if profile:  # the t(N) table a cost-aware policy read last (live corrections included, plausible or not)
+    if profile:  # the t(N) table a cost-aware policy started from (the last quiet measurement, plausible or not)
         summary["verify_profile_s"] = profile
     write_results(Path(a.out), summary, results)
     print_table(summary)
@@ -278,9 +278,11 @@ def build_variants(a, bundle, rows: list[Row], sp, tree_kw, own) -> list[tuple[R
         else:
             kw = own.get(n, {})
             with forward_path(bundle, row):
+                costs_first(bundle, n)  # t(N) of the forward this row runs on, before any timed run
                 make_decoder(bundle, n, sp, 4, tree_kw, kw)  # validates parameters early
             variants.append((row, lambda n=n, kw=kw: make_decoder(bundle, n, sp, a.max_new_tokens, tree_kw, kw)))
     if a.sweep:
+        costs_first(bundle, a.sweep_policy)
         for N, d, k in itertools.product(*(map(int, s.split(",")) for s in
                                            (a.sweep_total_tokens, a.sweep_depth, a.sweep_top_k))):
             kw = {"total_tokens": N, "depth": d, "top_k": k}

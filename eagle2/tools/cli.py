@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..model.weights import DEFAULT_PRESET
 from ..policies.registry import default_policy
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
-                    apply_compile, apply_threads, recalibrate, sampling_from)
+                    apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
 
 TOOLS = ("bench", "tau", "train", "profile", "compile", "prompts")  # sub-commands with parsers of their own
 
@@ -100,6 +100,7 @@ def cmd_generate(a) -> int:
     if a.compile != "no":  # the default eager forward goes unsaid (stderr stays for errors)
         print(f"forward: {forward}", file=sys.stderr)
     recalibrate(a, bundle)
+    costs_first(bundle, a.policy)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
                   total_tokens=a.total_tokens, depth=a.depth, top_k=a.top_k, **own)
     note = dec.policy.lossy_note(sp.greedy) if dec.policy is not None else None

@@ -36,6 +36,16 @@ def recalibrate(a, bundle) -> None:
         verify_profile(bundle, refresh=True)
 
 
+def costs_first(bundle, policy: str) -> None:
+    """t(N) measured now, before the timed work, when `policy` prices its trees with it and the
+    cache holds no plausible table for the forward in use: a tool runs no visitors, so its
+    measurement is quiet, and the policy itself never measures (it would start from an estimate)."""
+    from ..policies.registry import uses_costs
+    if uses_costs(policy):
+        from ..model.timing import verify_profile
+        verify_profile(bundle)
+
+
 def add_compile_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
     """`default` "auto" uses the compiled packages already built (bench, profile: steady state);
     "no" keeps the eager forward unless --compile is given (generate: with the packages a default

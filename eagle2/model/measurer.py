@@ -1,0 +1,73 @@
+"""The process's one background measurer of t(N) (model/timing.py): no visitor's Step measures.
+
+The app asks it at start-up and when the compiled packages land; a budget asks it when the cache
+has no plausible table for its forward (it starts meanwhile from timing.starting_table). One
+worker thread measures, one request per cache key at a time. It measures only when nothing has
+decoded in this process for `settle_s` seconds, gives way as soon as a decode starts (the
+measurement is then discarded, not cached), and tries again `tries` times, each wait bounded.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from . import timing
+from .activity import DECODING
+
+log = logging.getLogger(__name__)
+
+
+class Measurer:
+    def __init__(self, tries: int = 3, settle_s: float = 1.0, wait_s: float = 600.0):
+        self.tries, self.settle_s, self.wait_s = tries, settle_s, wait_s
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle2-t(N)-measurer")
+        self._lock = threading.Lock()
+        self._pending: dict[str, Future] = {}
+
+    def request(self, bundle, refresh: bool = False) -> Future:
+        """Have t(N) measured for `bundle`'s forward unless the cache holds a plausible table
+        (`refresh`: measure anyway); returns at once. The future's result: the plausible table
+        cached, or None if no quiet moment came. A request for a key already queued joins it."""
+        key = timing._cache_key(bundle)
+        with self._lock:
+            f = self._pending.get(key)
+            if f is None or f.done():
+                f = self._pending[key] = self._pool.submit(self._run, bundle, refresh)
+            return f
+
+    def _run(self, bundle, refresh: bool) -> dict[int, float] | None:
+        if not refresh:
+            t = timing.verify_profile(bundle, measure=False)
+            if t is not None:
+                return t
+        for _ in range(self.tries):
+            if not self._wait_for_quiet():
+                break
+            t, quiet = timing.measure_quietly(bundle, give_way=True)
+            if quiet and timing.plausible(t):
+                return t
+        log.info("t(N) not measured for %s: no quiet moment, or no plausible table, in %d tries",
+                 timing._cache_key(bundle), self.tries)
+        return None
+
+    def _wait_for_quiet(self) -> bool:
+        """Until nothing has decoded for settle_s seconds (True), or wait_s seconds have passed or
+        the interpreter is exiting (False). Polls with a growing pause: a busy class is not asked
+        several times a second."""
+        deadline, pause = time.monotonic() + self.wait_s, 0.05
+        while DECODING.idle_s() < self.settle_s:
+            if time.monotonic() >= deadline or not threading.main_thread().is_alive():
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
+        return True
+
+
+MEASURER = Measurer()
+
+
+def request_measurement(bundle, refresh: bool = False) -> Future:
+    """MEASURER.request, read when called (the tests put a measurer of their own in its place)."""
+    return MEASURER.request(bundle, refresh)
