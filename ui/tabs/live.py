@@ -134,7 +134,7 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
                 build_prompt(c, list(ex_map), first_example(ex_map))
             build_buttons(c)
             with gr.Accordion("Classroom: present or follow", open=False, elem_id="live-classroom",
-                              elem_classes=["side-classroom", "narrow-collapsible"]):
+                              elem_classes=["side-classroom"]):
                 build_classroom(c)
             with gr.Accordion("Settings", open=True, elem_id="live-settings",
                               elem_classes=["side-settings", "narrow-collapsible"]):
