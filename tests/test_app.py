@@ -20,7 +20,7 @@ from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 from eagle2.policies.registry import DEFAULT, HARDWARE_AWARE, default_policy, describe, names
 from ui import handlers
-from ui.dashboard import ALWAYS, DASH, OPEN, PANELS, SECTIONS, render
+from ui.dashboard import ACCEPT, ALWAYS, DASH, OPEN, PANELS, SECTIONS, render
 from ui.model import MODEL, ModelHolder
 from ui.page import build_app, launch
 from ui.screenshot import free_port
@@ -77,8 +77,9 @@ def test_page_binds_controls_and_outputs_by_name():
     out = props(handlers.LIVE, step["outputs"])
     assert out["session"]["type"] == "state" and out["status"]["elem_id"] == "live-status"
     assert all(out[n]["elem_id"] == f"live-{suffix.get(n, n)}" for n in DASH), out
-    inp = props(("session", "prompt", *handlers.CONTROLS, handlers.PANELS_STATE), step["inputs"])
+    inp = props(("session", "prompt", *handlers.CONTROLS, handlers.PANELS_STATE, ACCEPT), step["inputs"])
     assert inp[handlers.PANELS_STATE]["type"] == "state"    # what is on screen: test_an_update_sends_only_what_is_shown
+    assert inp[ACCEPT]["type"] == "state"    # the acceptance what-if's a: a state, so not in the /step API
     assert [comps[i]["props"].get("elem_id") for i in step["show_progress_on"]] == ["live-status"]   # one spinner
     labels = dict(prompt="Prompt (chat message)", policy="Tree policy", compare="Compare with",
                   total_tokens="Total tokens N", depth="Depth d", top_k="Top-k", temperature="Temperature",
@@ -102,6 +103,9 @@ def test_page_binds_controls_and_outputs_by_name():
             opened = props(handlers.panel_outputs(name), dep(f"{tab}-{name}-section", "expand")["outputs"])
             assert opened[handlers.PANELS_STATE]["type"] == "state"
             assert all(opened[n]["elem_id"] == f"{tab}-{n}" for n in PANELS[name])
+        moved = dep(f"{tab}-accept-a", "input")   # the acceptance slider redraws its chart alone
+        assert props((ACCEPT, "chain"), moved["outputs"])["chain"]["elem_id"] == f"{tab}-chain"
+        assert comps[moved["inputs"][-1]]["props"]["label"] == "per-token acceptance a"
     ex = props(handlers.EXPLAIN, dep("explain-phase", "change")["outputs"])
     assert {n: ex[n]["elem_id"] for n in ex} == dict(cycle="explain-cycle", phase="explain-phase",
                                                     figure="explain-tree", text="explain-text")
@@ -255,6 +259,8 @@ def test_an_update_sends_only_what_is_shown(bundle):
         {"session", "status", *ALWAYS, *(n for p in OPEN for n in PANELS[p])}
     assert out["compare"].layout.title.text.startswith("static on the same context")
     assert not any(isinstance(v, SKIP) for v in live.on_step(sess, q, *ui(**room)).values())
+    drawn = live.live(sess, "path value", False, frozenset({"chain"}), 0.9)   # the acceptance slider's a
+    assert drawn["chain"].data[0].name == "model, a = 0.90 (slider)" and isinstance(drawn["whatif"], SKIP)
 
     opened = live.panel_open("whatif")(sess, None, "path value", False, OPEN)
     assert list(opened) == list(handlers.panel_outputs("whatif"))
@@ -272,6 +278,30 @@ def test_an_update_sends_only_what_is_shown(bundle):
     assert shown["panels"] == OPEN and shown["compare"].visible is True
     reset = live.on_reset(sess, hidden["panels"])
     assert isinstance(reset["compare"], SKIP) and not isinstance(reset["tree"], SKIP)
+
+
+def test_the_acceptance_whatif_opens_and_its_slider_redraws_it_alone():
+    """Opening the acceptance what-if draws it at the tab's a; moving its slider redraws that chart
+    alone (no decoding) and keeps a for the tab's later redraws, which draw it only while open."""
+    name, path = next(iter(shipped_traces().items()))
+    recorded = View.from_trace(Trace.load(path), "replay")
+    slider_a = lambda fig: fig.data[0].name   # noqa: E731  the model curve at the slider's a comes first
+    opened = replay.panel_open("chain")(recorded, None, "path value", False, OPEN, 0.9)
+    assert list(opened) == list(handlers.panel_outputs("chain")) and opened["panels"] == OPEN | {"chain"}
+    assert slider_a(opened["chain"]) == "model, a = 0.90 (slider)"
+    assert any(d.name == "measured, this run" for d in opened["chain"].data)
+    moved = replay.on_accept(recorded, None, "path value", False, 0.5)
+    assert list(moved) == [ACCEPT, "chain"] and moved[ACCEPT] == 0.5
+    assert slider_a(moved["chain"]) == "model, a = 0.50 (slider)"
+    redrawn = replay.on_replay_view(recorded, 3, "path value", False, opened["panels"], 0.5)
+    assert slider_a(redrawn["chain"]) == "model, a = 0.50 (slider)"
+    assert isinstance(replay.on_replay_view(recorded, 3, "path value", False, OPEN, 0.5)["chain"], SKIP)   # closed
+    loaded = replay.on_replay_pick(name, None, None, "path value", False, OPEN | {"chain"}, 0.75)
+    assert slider_a(loaded["chain"]) == "model, a = 0.75 (slider)"
+    # the Live tab: a new page's recorded trace until the first Step; after Reset, nothing to measure
+    page_live = handlers.Live(view_of=lambda s: handlers.live_view(s, recorded))
+    assert slider_a(page_live.on_accept(None, None, "path value", False, 0.6)["chain"]) == "model, a = 0.60 (slider)"
+    assert not page_live.on_accept(Session(), None, "path value", False, 0.6)["chain"].data
 
 
 def test_lockstep_session_is_lossless_and_timed_separately(bundle):

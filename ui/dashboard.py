@@ -21,19 +21,25 @@ from eagle2.policies.registry import HARDWARE_AWARE
 
 from .view import View, cut_series
 
-DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "whatif", "hist", "calib", "depth", "table",
-        "cycle")
+DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "whatif", "chain", "hist", "calib", "depth",
+        "table", "cycle")
 ALWAYS = ("metrics", "tokens", "tree", "cycle")        # drawn on every update
 # The panels the reader may close, and their outputs; SECTIONS: the collapsible sections under the
 # trees, in page order, with their titles; OPEN: the panels open on a new page.
-PANELS = {"compare": ("compare",), "race": ("race", "speedup"), "whatif": ("whatif",),
+PANELS = {"compare": ("compare",), "race": ("race", "speedup"), "whatif": ("whatif",), "chain": ("chain",),
           "acceptance": ("hist", "calib", "depth"), "table": ("table",)}
 SECTIONS = (("race", "Race and running speedup"), ("whatif", "What-if on other hardware"),
+            ("chain", "What-if on acceptance: why depth pays less"),
             ("acceptance", "Acceptance and calibration"), ("table", "Per-cycle table"))
 OPEN = frozenset({"compare", "race"})
 assert set(ALWAYS) | {n for outs in PANELS.values() for n in outs} == set(DASH), "DASH, ALWAYS and PANELS disagree"
 CHART_LABELS = {"race": "Race", "speedup": "Speedup", "whatif": "What-if: this run priced on other hardware",
+                "chain": "What-if on acceptance: a chain's speedup by draft length",
                 "hist": "Acceptance lengths", "calib": "Calibration", "depth": "Per-depth acceptance"}
+# The acceptance what-if's slider (in the "chain" section) and the state that keeps its value for the
+# tab's other redraws (a Step draws that chart too while its section is open). A gr.State, not the
+# slider, is what Step and Run take: it stays out of their HTTP API.
+ACCEPT, ACCEPT_SLIDER = "accept", "accept_slider"
 TREE_PX = 460        # the height of a tree panel's placeholder
 CHART_PX = 300       # the height of a chart's placeholder
 
@@ -65,10 +71,11 @@ class At:
     method, and what several outputs share (the series cut at that cycle, the cost table) is
     computed once, when first needed."""
 
-    def __init__(self, view: View, cycle=None, colour_by="path value", show_dropped=False):
+    def __init__(self, view: View, cycle=None, colour_by="path value", show_dropped=False, accept=None):
         self.view, self.latest = view, cycle in (None, 0)
         self.st = view.step_at(None if self.latest else int(cycle))
         self.cb, self.show_dropped = colour_key(colour_by), show_dropped
+        self.accept = viz.acceptance_whatif.DEFAULT_A if accept is None else float(accept)
 
     @cached_property
     def steps(self) -> list:
@@ -127,6 +134,9 @@ class At:
     def whatif(self):
         return viz.whatif_chart(self.all_series, [self.here, viz.gpu_model_table()])
 
+    def chain(self):
+        return viz.acceptance_whatif_chart(self.steps, self.here, self.accept, self.main["label"])
+
     def hist(self):
         return viz.acceptance_histogram(self.all_series)
 
@@ -170,23 +180,23 @@ class Blank:
     def chart(self):
         return viz.empty_figure("", CHART_PX)
 
-    race = speedup = whatif = hist = calib = depth = chart
+    race = speedup = whatif = chain = hist = calib = depth = chart
 
 
 def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False, panels=None,
-           out=NAMES) -> dict:
+           out=NAMES, accept=None) -> dict:
     """The dashboard's outputs for a view, at a cycle (None = the latest), keyed by `out[name]` for
     each name in DASH (a tab's components by name; NAMES: the names): those of the open `panels`
-    (None: all) built, the others gr.skip()."""
-    at = At(view, cycle, colour_by, show_dropped) if view is not None and view.steps else Blank()
+    (None: all) built, the others gr.skip(). `accept`: the acceptance what-if's a (None: its default)."""
+    at = At(view, cycle, colour_by, show_dropped, accept) if view is not None and view.steps else Blank()
     want = shown(panels)
     return {out[n]: getattr(at, n)() if n in want else gr.skip() for n in DASH}
 
 
 def render_panel(name: str, view: View | None, cycle=None, colour_by="path value", show_dropped=False,
-                 out=NAMES) -> dict:
+                 out=NAMES, accept=None) -> dict:
     """The outputs of one panel (just opened), keyed by `out[name]`."""
-    at = At(view, cycle, colour_by, show_dropped) if view is not None and view.steps else Blank()
+    at = At(view, cycle, colour_by, show_dropped, accept) if view is not None and view.steps else Blank()
     return {out[n]: getattr(at, n)() for n in PANELS[name]}
 
 
@@ -209,7 +219,8 @@ def initial(value):
 def build_dashboard(prefix: str, init: dict | None = None, panels=OPEN) -> tuple[dict, dict]:
     """Create the dashboard components in the current layout context, showing `init` (render()'s
     output) from the start, with `panels` open (the comparison tree shown, the sections expanded).
-    Returns the components keyed as DASH, and the sections (gr.Accordion) keyed by panel name."""
+    Returns the components keyed as DASH (and the acceptance slider and its state, as ACCEPT_SLIDER
+    and ACCEPT), and the sections (gr.Accordion) keyed by panel name."""
     v = {n: initial(x) for n, x in (init or render(None)).items()}
     c, sections = {}, {}
     c["metrics"] = gr.HTML(v["metrics"], elem_id=f"{prefix}-metrics", elem_classes=["metricsbox", "dash-metrics"])
@@ -230,8 +241,15 @@ def build_dashboard(prefix: str, init: dict | None = None, panels=OPEN) -> tuple
                 c["table"] = gr.Dataframe(v["table"], elem_id=f"{prefix}-table", interactive=False, wrap=False,
                                           max_height=420, max_chars=48)
                 continue
+            if name == "chain":
+                lo, hi = viz.acceptance_whatif.A_RANGE
+                c[ACCEPT] = gr.State(viz.acceptance_whatif.DEFAULT_A)
+                c[ACCEPT_SLIDER] = gr.Slider(lo, hi, value=viz.acceptance_whatif.DEFAULT_A, step=0.01,
+                                             label="per-token acceptance a", elem_id=f"{prefix}-accept-a",
+                                             info="the chance that each draft token is accepted, once the ones "
+                                                  "before it were (a better draft head: a higher a)")
             with gr.Row(equal_height=True):
                 for out in PANELS[name]:
                     c[out] = gr.Plot(v[out], label=CHART_LABELS[out], show_label=False, elem_id=f"{prefix}-{out}")
-    assert set(c) == set(DASH), "build_dashboard and DASH disagree"
+    assert set(c) == set(DASH) | {ACCEPT, ACCEPT_SLIDER}, "build_dashboard and DASH disagree"
     return c, sections

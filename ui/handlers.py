@@ -23,7 +23,7 @@ from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 
 from .classroom import CLASSROOM, Follower, follow_link, qr_svg
-from .dashboard import DASH, NAMES, PANELS, render, render_panel, shown, toggle
+from .dashboard import ACCEPT, DASH, NAMES, PANELS, render, render_panel, shown, toggle
 from .model import MODEL
 from .session import Session, Settings
 from .traces import load_view, read_upload, shipped_traces
@@ -173,11 +173,11 @@ class Tab:
         return [self.out[n] for n in names]
 
     def panel_open(self, name: str) -> Callable:
-        """A handler for panel `name` opening: (source, cycle, colour_by, show_dropped, panels) ->
+        """A handler for panel `name` opening: (source, cycle, colour_by, show_dropped, panels[, accept]) ->
         the open panels and the panel drawn (outputs: panel_outputs(name))."""
-        def opened(source, cycle, colour_by, show_dropped, panels) -> dict:
+        def opened(source, cycle, colour_by, show_dropped, panels, accept=None) -> dict:
             return {self.out[PANELS_STATE]: toggle(panels, name, True),
-                    **render_panel(name, self.view_of(source), cycle, colour_by, show_dropped, self.out)}
+                    **render_panel(name, self.view_of(source), cycle, colour_by, show_dropped, self.out, accept)}
         opened.__name__ = f"open_{name}"
         return opened
 
@@ -187,6 +187,12 @@ class Tab:
             return {self.out[PANELS_STATE]: toggle(panels, name, False)}
         closed.__name__ = f"close_{name}"
         return closed
+
+    def on_accept(self, source, cycle, colour_by, show_dropped, accept) -> dict:
+        """The acceptance slider moved: its chart redrawn at `accept` (no decoding), which the tab
+        keeps for its later redraws. Outputs: ACCEPT, chain."""
+        return {self.out[ACCEPT]: accept,
+                **render_panel("chain", self.view_of(source), cycle, colour_by, show_dropped, self.out, accept)}
 
 
 class Live(Tab):
@@ -203,14 +209,14 @@ class Live(Tab):
         return {**skip(names, self.out), self.out["status"]: refused_status(sess, str(e)),
                 **({self.out["run_timer"]: gr.Timer(active=False)} if "run_timer" in names else {})}
 
-    def live(self, sess: Session, colour_by="path value", show_dropped=False, panels=None) -> dict:
+    def live(self, sess: Session, colour_by="path value", show_dropped=False, panels=None, accept=None) -> dict:
         """The session drawn (and, if it presents, published to its followers). Outputs: LIVE."""
         o = self.out
         view = sess.view()
         if sess.presentation is not None and not sess.presentation.ended:
             sess.presentation.publish(view, race_status(sess), sess.prompt)
         return {o["session"]: sess, o["status"]: live_status(sess),
-                **render(view, None, colour_by, show_dropped, panels, o)}
+                **render(view, None, colour_by, show_dropped, panels, o, accept)}
 
     def on_step(self, sess, prompt, *controls) -> dict:
         """Step: one lockstep cycle (starting the prompt if it is new). A follower breaks away: the
@@ -270,12 +276,12 @@ class Live(Tab):
             sess.running = False
         return {o["session"]: fresh, o["status"]: live_status(fresh), **render(None, panels=panels, out=o)}
 
-    def on_live_view(self, sess, cycle, colour_by, show_dropped, panels=None) -> dict:
+    def on_live_view(self, sess, cycle, colour_by, show_dropped, panels=None, accept=None) -> dict:
         """Cycle slider / display options changed: redraw (no decoding). Outputs: DASH."""
         view = live_view(sess) if isinstance(sess, Follower | Session) else None
         if view is None:
             return skip(DASH, self.out)
-        return render(view, cycle, colour_by, show_dropped, panels, self.out)
+        return render(view, cycle, colour_by, show_dropped, panels, self.out, accept)
 
     def side_by_side(self, sess, on, cycle, colour_by, show_dropped, panels) -> dict:
         """The side-by-side checkbox: the comparison tree shown (drawn for `view_of(sess)`) or hidden
@@ -388,16 +394,17 @@ def pick_example(choice, examples: dict[str, str]):
 class Replay(Tab):
     """The Replay tab's handlers (outputs: REPLAY and PANELS_STATE); the tab shows its trace's View."""
 
-    def loaded(self, view: View, colour_by, show_dropped, panels) -> dict:
+    def loaded(self, view: View, colour_by, show_dropped, panels, accept=None) -> dict:
         """A trace drawn. Outputs: REPLAY."""
         o = self.out
-        return {o["view"]: view, o["info"]: trace_info(view), **render(view, None, colour_by, show_dropped, panels, o)}
+        return {o["view"]: view, o["info"]: trace_info(view),
+                **render(view, None, colour_by, show_dropped, panels, o, accept)}
 
-    def on_replay_load(self, choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
+    def on_replay_load(self, choice, upload, cycle, colour_by, show_dropped, panels=None, accept=None) -> dict:
         """Load a shipped (`choice`) or uploaded trace. Outputs: REPLAY. An upload that is not a
         trace this page can draw gives one warning and changes nothing."""
         if upload:
-            return self.on_upload(upload, colour_by, show_dropped, panels)
+            return self.on_upload(upload, colour_by, show_dropped, panels, accept)
         try:
             traces = shipped_traces()
             if choice not in traces:
@@ -406,13 +413,13 @@ class Replay(Tab):
         except UserError as e:
             _warn(str(e))
             return skip(REPLAY, self.out)
-        return self.loaded(view, colour_by, show_dropped, panels)
+        return self.loaded(view, colour_by, show_dropped, panels, accept)
 
-    def on_upload(self, upload, colour_by, show_dropped, panels=None) -> dict:
+    def on_upload(self, upload, colour_by, show_dropped, panels=None, accept=None) -> dict:
         """An uploaded trace (a path, or an object with .name), read and drawn. Outputs: REPLAY."""
         path = upload if isinstance(upload, str) else getattr(upload, "name", upload)
         try:
-            return self.loaded(read_upload(path), colour_by, show_dropped, panels)
+            return self.loaded(read_upload(path), colour_by, show_dropped, panels, accept)
         except UserError as e:
             _warn(str(e))
         except Exception as e:   # read, but the figures choke on it: still one warning, nothing replaced
@@ -420,15 +427,15 @@ class Replay(Tab):
             _warn(f"Could not read this trace: it could not be drawn ({type(e).__name__}: {e}).")
         return skip(REPLAY, self.out)
 
-    def on_replay_pick(self, choice, upload, cycle, colour_by, show_dropped, panels=None) -> dict:
+    def on_replay_pick(self, choice, upload, cycle, colour_by, show_dropped, panels=None, accept=None) -> dict:
         """A shipped trace picked (whatever was uploaded before). Outputs: REPLAY."""
-        return self.on_replay_load(choice, None, cycle, colour_by, show_dropped, panels)
+        return self.on_replay_load(choice, None, cycle, colour_by, show_dropped, panels, accept)
 
-    def on_replay_view(self, view, cycle, colour_by, show_dropped, panels=None) -> dict:
+    def on_replay_view(self, view, cycle, colour_by, show_dropped, panels=None, accept=None) -> dict:
         """Cycle slider / display options changed. Outputs: DASH."""
         if view is None:
             return skip(DASH, self.out)
-        return render(view, cycle, colour_by, show_dropped, panels, self.out)
+        return render(view, cycle, colour_by, show_dropped, panels, self.out, accept)
 
 
 def trace_info(view: View) -> str:

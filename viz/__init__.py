@@ -5,6 +5,7 @@
     tr = Trace.load("assets/traces/writing-greedy.json")
     tree_figure(tr.steps[3]).show()
 """
+from .acceptance_whatif import acceptance_whatif_chart, chain_speedup, chain_tokens, depth_counts
 from .charts import (acceptance_histogram, calibration_chart, calibration_data, depth_acceptance, depth_chart,
                      forward_speedup, lossy_summary, metrics, metrics_html, race_chart, series, speedup_chart,
                      speedup_series)
@@ -14,7 +15,8 @@ from .tokens import token_stream_html
 from .tree_graph import empty_figure, layout, path_nodes, tree_figure, tree_graph
 from .whatif import cost_table_from_trace, gpu_model_table, price_run, whatif_chart
 
-__all__ = ["Phase", "acceptance_histogram", "calibration_chart", "calibration_data", "cost_table_from_trace",
+__all__ = ["Phase", "acceptance_histogram", "acceptance_whatif_chart", "chain_speedup", "chain_tokens",
+           "depth_counts", "calibration_chart", "calibration_data", "cost_table_from_trace",
            "cycle_table", "depth_acceptance", "depth_chart", "empty_figure", "forward_speedup", "gpu_model_table",
            "lossy_summary", "explain_figure", "explain_text", "layout", "metrics", "metrics_html", "path_nodes",
            "phases", "price_run", "race_chart", "series", "speedup_chart", "speedup_series", "token_stream_html",

@@ -7,7 +7,7 @@ import gradio as gr
 from eagle2.policies.registry import names as policy_names
 
 from .. import handlers as h
-from ..dashboard import DASH, OPEN, build_dashboard
+from ..dashboard import ACCEPT, DASH, OPEN, build_dashboard
 from ..help import HELP, policy_help, preset_label, presets_help
 from ..session import defaults, device_kind
 from ..traces import load_examples
@@ -162,7 +162,7 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     # ("queue: 2/3 | 4.1s": the decode slots are shared by every visitor) and how long a running
     # one has taken; style.css keeps that text readable on the one-line status.
     busy = dict(concurrency_id="decode", show_progress_on=out["status"])
-    controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS] + [panels]
+    controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS] + [panels, out[ACCEPT]]
     outputs = live.outputs(h.LIVE)
     c["step"].click(live.on_step, controls, outputs, api_name="step", **busy)
     c["prompt"].submit(live.on_step, controls, outputs, api_visibility="private", **busy)
@@ -186,7 +186,8 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
     view = [sess, dash["cycle"], c["colour_by"], c["show_dropped"], panels]
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
-        event(live.on_live_view, view, live.outputs(DASH), trigger_mode="always_last", show_progress="hidden")
+        event(live.on_live_view, view + [out[ACCEPT]], live.outputs(DASH), trigger_mode="always_last",
+              show_progress="hidden")
     c["side_by_side"].change(live.side_by_side, [sess, c["side_by_side"], *view[1:]],
                              live.outputs((h.PANELS_STATE, "compare")), show_progress="hidden",
                              api_visibility="private")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import gradio as gr
 
 from .. import handlers as h
-from ..dashboard import DASH, OPEN, build_dashboard
+from ..dashboard import ACCEPT, DASH, OPEN, build_dashboard
 from .live import COLOUR_CHOICES
 from .sections import wire_sections
 
@@ -36,12 +36,13 @@ def build_replay_tab(rview: gr.State, traces: dict, init_dash: dict | None, init
     out = {"view": rview, "info": info, h.PANELS_STATE: c["panels"], **dash}
 
     replay = h.Replay(out)
-    load_in = [c["pick"], c["upload"], dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"]]
+    load_in = [c["pick"], c["upload"], dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"], dash[ACCEPT]]
     c["pick"].change(replay.on_replay_pick, load_in, replay.outputs(h.REPLAY))
     c["upload"].upload(replay.on_replay_load, load_in, replay.outputs(h.REPLAY))
     redraw = [rview, dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"]]
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
-        event(replay.on_replay_view, redraw, replay.outputs(DASH), trigger_mode="always_last", show_progress="hidden")
+        event(replay.on_replay_view, redraw + [dash[ACCEPT]], replay.outputs(DASH), trigger_mode="always_last",
+              show_progress="hidden")
     wire_sections(sections, redraw, replay)
     c["export"].click(h.on_export_replay, [rview], [c["files"]])
     return c, out
