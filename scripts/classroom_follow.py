@@ -5,7 +5,8 @@ the page's HTTP API, against a real `python app.py` started by this script.
 
 For each F: the presenter Steps `--steps` times, `--pause` seconds apart (a teacher explains each
 tree), while F followers (each its own Gradio session, following the presenter's code) call
-/follow_tick once a second, as the page's follow timer does. Measured: the presenter's Step
+/follow_tick once a second, as the page's follow timer does (and /follow_frame when it brings a new
+cycle, as the page's follow mark does). Measured: the presenter's Step
 latency (p50 against F = 0, from the same server), each follower's lag from a Step's answer to
 the poll that brought that cycle, the server's CPU (its process and children, seconds per second)
 and RSS, and errors. Every wait is bounded (`--timeout`); the run ends with a check that the
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 
 from classroom import Server, forward_line, machine, pct, rss_mb, step_args  # scripts/ beside this file
@@ -34,6 +37,29 @@ def cycle_of(status) -> int | None:
     if not isinstance(status, str) or "cycle " not in status:
         return None
     return int(status.split("cycle ")[1].split(" ")[0])
+
+
+class Poller:
+    """One follower: its own Gradio session (a session hash), calling the page's follow events by
+    name, as a browser tab's follow timer does."""
+
+    def __init__(self, url: str, fns: dict[str, int], timeout: float):
+        self.url, self.fns, self.timeout = url.rstrip("/") + "/gradio_api/", fns, timeout
+        self.session = f"follower-{random.getrandbits(64):016x}"
+        self.http = httpx.Client(timeout=timeout)
+
+    def call(self, api_name: str, *data) -> list:
+        """One event, as the page calls the follow events: directly, one request (no queue)."""
+        r = self.http.post(self.url + f"run/{api_name}", json={"data": list(data), "session_hash": self.session,
+                                                               "fn_index": self.fns[api_name]})
+        r.raise_for_status()
+        return r.json()["data"]
+
+
+def fn_indices(url: str) -> dict[str, int]:
+    """The page's events by API name -> their fn index (the page's config)."""
+    cfg = httpx.get(url.rstrip("/") + "/config", timeout=60).json()
+    return {d["api_name"]: d["id"] for d in cfg["dependencies"] if d.get("api_name")}
 
 
 def cpu_s(proc: psutil.Process) -> float:
@@ -61,14 +87,18 @@ def one_round(server: Server, F: int, steps: int, pause: float, timeout: float, 
     lags, errors, polls = [], [], [0]
     lock = threading.Lock()
     stop = threading.Event()
-    clients = [Client(server.url + "/", verbose=False, download_files=False) for _ in range(F)]
+    fns = fn_indices(server.url)
+    clients = [Poller(server.url, fns, timeout) for _ in range(F)]
     rss0 = rss_mb(server.proc.pid)
-    for c in clients:
-        c.submit(code, api_name="/follow").result(timeout=timeout)
+    for c in clients:                       # the follow event's inputs: the session (a state), the code, the panels
+        c.call("follow", None, code, None)
     rss_followed = rss_mb(server.proc.pid)
 
     def follower(c):
-        seen = set()
+        # the followers stand for browsers on other machines: on this shared CPU they run at the
+        # lowest priority, so the server's figures are the server's (their CPU is recorded apart)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        seen, last = set(), [None]
         nxt = time.monotonic() + random.random()
         while not stop.is_set():
             stop.wait(max(0.0, nxt - time.monotonic()))
@@ -76,13 +106,18 @@ def one_round(server: Server, F: int, steps: int, pause: float, timeout: float, 
                 return
             nxt += 1.0
             try:
-                out = c.submit(api_name="/follow_tick").result(timeout=timeout)
+                # the tick (input: the session, a state): the follow mark and the status line
+                mark, _ = c.call("follow_tick", None)
+                n = None
+                if mark != last[0]:                  # a new mark: the page draws the frame
+                    last[0] = mark
+                    frame = c.call("follow_frame", None, None)   # inputs: the session, the open panels
+                    n = cycle_of(frame[0])
             except Exception as e:
                 with lock:
                     errors.append(f"poll: {type(e).__name__}: {e}"[:200])
                 continue
             got = time.monotonic()
-            n = cycle_of(out[0])
             with lock:
                 polls[0] += 1
                 if n is not None and n not in seen:

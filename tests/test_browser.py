@@ -328,7 +328,12 @@ def test_a_class_follows_the_presenter_with_no_click(browser, server):
         for n in (2, 3):                                   # the follower clicks nothing
             presenter.locator("#step-btn").click()
             wait_status(presenter, f"cycle {n} ·")
-            wait_status(follower, f"cycle {n} ·", timeout=30_000)
+            try:
+                wait_status(follower, f"cycle {n} ·", timeout=30_000)
+            except Exception:
+                follower.screenshot(path=str(ARTIFACTS / "follower-stuck.png"))
+                raise AssertionError(f"the follower shows {follower.locator('#live-status').inner_text()!r} "
+                                     f"while the presenter shows {presenter.locator('#live-status').inner_text()!r}")
             follower.wait_for_function(
                 "(c) => { const el = document.querySelector('#live-tree .js-plotly-plot');"
                 " return el && el.layout.title.text.startsWith('Cycle ' + c + ' '); }", arg=n, timeout=30_000)

@@ -110,22 +110,27 @@ def test_followers_mirror_the_presenter_from_one_render(tiny, monkeypatch):
     assert all(isinstance(f, Follower) and f.code == code for f in fs)
     out = step(sess)
     assert "cycle 1 " in out["status"] and f"Presenting **{code}** · 5 following" in out["status"]
+    marks = [live.on_follow_tick(f) for f in fs]                   # each second: two plain values
+    assert all(m["follow_mark"] == marks[0]["follow_mark"] and m["follow_mark"].startswith(f"{code}:") for m in marks)
+    assert all("cycle 1 " in m["status"] for m in marks)
     built = []
     real = viz.tree_figure
     monkeypatch.setattr(viz, "tree_figure", lambda *a, **k: built.append(1) or real(*a, **k))
-    ticks = [live.on_follow_tick(f, OPEN) for f in fs]
+    frames = [live.on_follow_frame(f, OPEN) for f in fs]             # the new mark: the frame
     assert len(built) == 2                     # one render for the class: the tree and the comparison tree
-    assert all(f"cycle 1 " in t["status"] and f"Following **{code}**" in t["status"] for t in ticks)
-    assert all(t["prompt"] == "w3 w5 w9" for t in ticks)
-    assert all(t["tree"] is ticks[0]["tree"] for t in ticks)        # the same serialised figure
-    assert all(isinstance(t[n], SKIP) for t in ticks for n in DASH if n not in OPEN and n in handlers.PANELS)
-    again = live.on_follow_tick(fs[0], OPEN)
+    assert all(f"cycle 1 " in t["status"] and f"Following **{code}**" in t["status"] for t in frames)
+    assert all(t["prompt"] == "w3 w5 w9" for t in frames)
+    assert all(t["tree"] is frames[0]["tree"] for t in frames)        # the same serialised figure
+    assert all(isinstance(t[n], SKIP) for t in frames for n in DASH if n not in OPEN and n in handlers.PANELS)
+    again = live.on_follow_frame(fs[0], OPEN)
     assert all(isinstance(v, SKIP) for v in again.values())          # nothing new: nothing sent
+    assert live.on_follow_tick(fs[0])["follow_mark"] == marks[0]["follow_mark"]   # and the mark stays
     step(sess)
-    t = live.on_follow_tick(fs[0], OPEN)
+    assert live.on_follow_tick(fs[0])["follow_mark"] != marks[0]["follow_mark"]   # a new cycle: a new mark
+    t = live.on_follow_frame(fs[0], OPEN)
     assert "cycle 2 " in t["status"] and isinstance(t["prompt"], SKIP)  # same prompt: the box is left alone
-    beat = live.on_follow_tick(sess, OPEN)                           # the presenter's tick: the count
-    assert "5 following" in beat["status"] and isinstance(beat["tree"], SKIP)
+    beat = live.on_follow_tick(sess)                                 # the presenter's tick: the count
+    assert "5 following" in beat["status"] and beat["follow_mark"] == "presenting"
 
 
 def test_only_the_presenter_drives(tiny):
@@ -175,7 +180,8 @@ def test_a_presentation_ends_and_its_followers_are_told(tiny):
             demo = SimpleNamespace(state_holder=SimpleNamespace(
                 session_data={"abc": SimpleNamespace(state_data={7: sess})}))
             free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))
-        t = live.on_follow_tick(f, OPEN)
+        assert live.on_follow_tick(f)["follow_mark"] == f"{code}:ended"
+        t = live.on_follow_frame(f, OPEN)
         assert "has ended" in t["status"] and t["follow_timer"].active is False
         assert isinstance(t["tree"], SKIP)                           # the last cycle stays on screen
         assert handlers.live_view(f) is None or handlers.live_view(f).steps
@@ -204,7 +210,8 @@ def client(url):
 @pytest.mark.slow
 def test_a_class_follows_over_http_and_polls_never_wait_behind_a_decode(tiny, monkeypatch):
     """One decoding slot (concurrency 1): a presenter Steps and Presents; four followers follow
-    by code and see each new cycle with /follow_tick; while another visitor's Step holds the only
+    by code and see each new cycle (/follow_tick, then /follow_frame, as the page's follow timer
+    and follow mark call them); while another visitor's Step holds the only
     slot, the followers' polls still answer (their own lane); a follower's /step is its own race;
     a bad code is a message; Stop presenting reaches them; the server answers after."""
     held, release, real = threading.Event(), threading.Event(), handlers.do_steps
@@ -240,13 +247,10 @@ def test_a_class_follows_over_http_and_polls_never_wait_behind_a_decode(tiny, mo
         other.result(timeout=WAIT)
 
         for f in fs:                                     # the new cycle reaches every follower
-            deadline = time.monotonic() + WAIT
-            while True:
-                out = dict(zip(FOLLOW_API, f.submit(api_name="/follow_tick").result(timeout=WAIT)))
-                if isinstance(out["status"], str) and "cycle 2 " in out["status"]:
-                    break
-                assert time.monotonic() < deadline, out["status"]
-                time.sleep(0.1)
+            mark, status = f.submit(api_name="/follow_tick").result(timeout=WAIT)
+            assert "cycle 2 " in status and mark.startswith(f"{code}:")
+            out = dict(zip(FOLLOW_API, f.submit(api_name="/follow_frame").result(timeout=WAIT)))
+            assert "cycle 2 " in out["status"] and out["tree"], out["status"]
         own = dict(zip(STEP_API, fs[0].submit("w8 w9", *ui(**SETTINGS), api_name="/step").result(timeout=WAIT)))
         assert cycle_of(own["status"]) == 1 and code not in own["status"]            # its own race
         bad = dict(zip(FOLLOW_API, fs[1].submit("HJKM23", api_name="/follow").result(timeout=WAIT)))
@@ -254,7 +258,7 @@ def test_a_class_follows_over_http_and_polls_never_wait_behind_a_decode(tiny, mo
         nxt = dict(zip(STEP_API, p.submit("w3 w5 w9", *ui(**SETTINGS), api_name="/step").result(timeout=WAIT)))
         assert cycle_of(nxt["status"]) == 3                          # the presenter's race, untouched
         p.submit(api_name="/unpresent").result(timeout=WAIT)
-        ended = dict(zip(FOLLOW_API, fs[2].submit(api_name="/follow_tick").result(timeout=WAIT)))
+        ended = dict(zip(FOLLOW_API, fs[2].submit(api_name="/follow_frame").result(timeout=WAIT)))
         assert "has ended (the presenter stopped presenting)" in ended["status"]
         assert client(url).submit(api_name="/model_status").result(timeout=WAIT)    # still answering
     finally:

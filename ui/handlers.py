@@ -42,7 +42,8 @@ PANELS_STATE = "panels"
 LIVE = ("session", "status", *DASH)      # Step, Reset
 RUN = (*LIVE, "run_timer")               # Run and its ticks (each tick one queued Step)
 PRESENT = ("follow_code", "follow_link", "status", "session", "follow_timer")   # Present, Stop presenting
-FOLLOW = ("status", "session", "follow_timer", "prompt", *DASH)                 # Follow and its ticks
+FOLLOW = ("status", "session", "follow_timer", "prompt", *DASH)                 # Follow, a follower's new frame
+TICK = ("follow_mark", "status")                                                 # the follow timer's tick
 REPLAY = ("view", "info", *DASH)         # loading a trace
 EXPLAIN = ("cycle", "phase", "figure", "text")
 
@@ -332,16 +333,28 @@ class Live(Tab):
             return {**skip(FOLLOW, o), o["status"]: refused_status(sess, str(e))}
         f = sess if isinstance(sess, Follower) and sess.code == pres.code else Follower(pres.code, own_session(sess))
         f.seen = -1
-        return self._followed(f, pres, panels)
+        return {**self._followed(f, pres, panels), o["follow_timer"]: gr.Timer(active=True)}
 
-    def on_follow_tick(self, sess, panels=None) -> dict:
-        """The follow timer (each second, on the followers' lane): a follower gets the presenter's
-        new cycle, if any (nothing is sent otherwise); a presenter, how many follow. The timer stops
-        once the tab neither follows nor presents. Outputs: FOLLOW."""
+    def on_follow_tick(self, sess) -> dict:
+        """The follow timer (each second): where the tab stands, as a mark (a state whose change
+        brings on_follow_frame) and the status line. Cheap when nothing changed: two plain values,
+        no component update (Gradio rebuilds a component's config for every update it gets, a
+        skip included: ~1 ms each). A presenter's line counts its followers. Outputs: TICK."""
+        o = self.out
+        if isinstance(sess, Follower):
+            return {o["follow_mark"]: follow_mark(sess), o["status"]: live_status(sess)}
+        presenting = isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended
+        busy = presenting and sess.lock.locked()   # its Step will say where it stands
+        return {o["follow_mark"]: follow_mark(sess), o["status"]: gr.skip() if busy or not presenting
+                else live_status(sess)}
+
+    def on_follow_frame(self, sess, panels=None) -> dict:
+        """The follow mark changed: a follower gets the presenter's new cycle (nothing is sent if it
+        has it), or is told the presentation ended; the timer stops once the tab neither follows
+        nor presents. Outputs: FOLLOW."""
         o = self.out
         if isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended:
-            busy = sess.lock.locked()   # its Step will say where it stands
-            return {**skip(FOLLOW, o), **({} if busy else {o["status"]: live_status(sess)})}
+            return skip(FOLLOW, o)
         if not isinstance(sess, Follower):
             return {**skip(FOLLOW, o), o["follow_timer"]: gr.Timer(active=False)}
         try:
@@ -361,7 +374,7 @@ class Live(Tab):
         drawn = frame.outputs([n for n in DASH if n in want])
         new_prompt = frame.prompt is not None and frame.prompt != f.prompt
         f.prompt = frame.prompt if new_prompt else f.prompt
-        return {o["session"]: f, o["status"]: live_status(f), o["follow_timer"]: gr.Timer(active=True),
+        return {o["session"]: f, o["status"]: live_status(f), o["follow_timer"]: gr.skip(),
                 o["prompt"]: frame.prompt if new_prompt else gr.skip(),
                 **{o[n]: drawn[n] if n in drawn else gr.skip() for n in DASH}}
 
@@ -369,6 +382,19 @@ class Live(Tab):
         """A page opened at /?follow=CODE follows at once; any other page: nothing. Outputs: FOLLOW."""
         code = (getattr(request, "query_params", None) or {}).get("follow")
         return self.on_follow(sess, code, panels) if code else skip(FOLLOW, self.out)
+
+
+def follow_mark(sess) -> str:
+    """Where a tab stands for the follow timer: following (the code and the latest frame, or that
+    it ended), presenting, or neither. A change of mark is what redraws a follower."""
+    if isinstance(sess, Follower):
+        try:   # asking counts as following (the presenter's count)
+            return f"{sess.code}:{CLASSROOM.find(sess.code).poll(sess.id).version}"
+        except UserError:
+            return f"{sess.code}:ended"
+    if isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended:
+        return "presenting"
+    return "off"
 
 
 def own_session(sess):

@@ -17,7 +17,6 @@ from .sections import wire_sections
 COLOUR_CHOICES = ["path value", "draft prob"]
 RUN_TICK_S = 0.1      # a Run's next Step is queued this soon after the last one answered
 FOLLOW_TICK_S = 1.0   # how often a follower asks for the presenter's latest cycle
-FOLLOW_LANE = 4       # follower polls at once: each is a lookup, or one shared render per cycle
 PRESETS = (("cpu", "CPU"), ("cuda", "GPU"))   # the tree presets: each device kind's defaults
 TREE = ("policy", "compare", "total_tokens", "depth", "top_k")   # the controls a preset sets
 
@@ -125,6 +124,10 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
     # Run's cycles, one queued Step per tick; a follower's poll (a presenter's count of followers)
     c["run_timer"] = gr.Timer(RUN_TICK_S, active=False)
     c["follow_timer"] = gr.Timer(FOLLOW_TICK_S, active=False)
+    # handlers.follow_mark: its change brings a follower the new frame. A textbox kept off screen by
+    # style.css, not a gr.State: a State's change does not fire after a call that bypassed the queue
+    c["follow_mark"] = gr.Textbox("", elem_id="follow-mark", elem_classes=["offscreen"], show_label=False,
+                                  container=False, interactive=False)
     # At phone width (style.css) the two columns become one: the buttons stick to the top, the tree
     # comes first, and the prompt and the settings follow it, each collapsible there.
     with gr.Row(equal_height=False, elem_id="live-layout", elem_classes=["tree-first"]):
@@ -143,7 +146,7 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
             status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner", "dash-status"])
             dash, sections = build_dashboard("live", init_dash, c["panels"].value)
     out = {"session": sess, "status": status, h.PANELS_STATE: c["panels"], **dash,
-           **{n: c[n] for n in ("run_timer", "follow_timer", "follow_code", "follow_link", "prompt")}}
+           **{n: c[n] for n in ("run_timer", "follow_timer", "follow_mark", "follow_code", "follow_link", "prompt")}}
     live = h.Live(out, lambda s: h.live_view(s, init_view))
     wire(c, live, sections, ex_map)
     if page is not None:
@@ -172,16 +175,21 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     c["run"].click(live.on_run, controls, run_outputs, api_name="run", **busy)
     c["run_timer"].tick(live.on_run_tick, controls, run_outputs, api_name="run_next", **busy)
     c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
-    # Classroom: followers poll on a lane of their own ("follow"), never behind a decode
+    # Classroom: the followers' polls never wait behind a decode. They bypass the queue (one HTTP
+    # request each, no event stream), and a tick that finds nothing new returns two plain values,
+    # no component update: through the queue, with every output skipped, a poll cost the server
+    # ~30 ms of Python under the GIL, and 40 followers made the presenter's Step 10x slower
+    # (benchmarks/classroom-follow/). A new cycle changes the follow mark, which draws the frame.
     present = live.outputs(h.PRESENT)
     c["present"].click(live.on_present, [sess], present, api_name="present", show_progress="hidden")
     c["unpresent"].click(live.on_unpresent, [sess], present, api_name="unpresent", show_progress="hidden")
     follow = live.outputs(h.FOLLOW)
-    lane = dict(concurrency_id="follow", concurrency_limit=FOLLOW_LANE, show_progress="hidden")
+    lane = dict(queue=False, show_progress="hidden")
     c["follow"].click(live.on_follow, [sess, c["follow_input"], panels], follow, api_name="follow", **lane)
     c["follow_input"].submit(live.on_follow, [sess, c["follow_input"], panels], follow, api_visibility="private",
                              **lane)
-    c["follow_timer"].tick(live.on_follow_tick, [sess, panels], follow, api_name="follow_tick", **lane)
+    c["follow_timer"].tick(live.on_follow_tick, [sess], live.outputs(h.TICK), api_name="follow_tick", **lane)
+    c["follow_mark"].change(live.on_follow_frame, [sess, panels], follow, api_name="follow_frame", **lane)
     c["reset"].click(live.on_reset, [sess, panels], outputs, api_name="reset", show_progress_on=out["status"])
     c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
     view = [sess, dash["cycle"], c["colour_by"], c["show_dropped"], panels]
