@@ -64,9 +64,9 @@ def build_classroom(c: dict) -> None:
         c["present"] = gr.Button("Present to a class", variant="primary", elem_id="present-btn", min_width=120)
         c["unpresent"] = gr.Button("Stop presenting", elem_id="unpresent-btn", min_width=120)
     c["follow_code"] = gr.Textbox("", label="Follow code", interactive=False, elem_id="follow-code",
-                                  placeholder="press Present", info=HELP["follow_code"])
+                                  placeholder="(press Present)", info=HELP["follow_code"])
     c["follow_link"] = gr.HTML("", elem_id="follow-link")
-    with gr.Row(equal_height=True, elem_classes=["controls"]):
+    with gr.Row(equal_height=False, elem_classes=["controls"]):
         c["follow_input"] = gr.Textbox("", label="Follow a presenter", placeholder="code, e.g. K7P2QX",
                                        elem_id="follow-input", scale=3, max_lines=1)
         c["follow"] = gr.Button("Follow", elem_id="follow-btn", scale=1, min_width=80)
