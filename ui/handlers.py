@@ -79,13 +79,16 @@ def race_status(sess: Session) -> str:
             f"{sess.labels()[0]} vs {sess.labels()[1]} vs plain{done}")
 
 
+def presenting(sess):
+    """The presentation `sess` publishes to, while it lasts (else None)."""
+    p = sess.presentation if isinstance(sess, Session) else None
+    return None if p is None or p.ended else p
+
+
 def presenting_note(sess) -> str:
     """The presenter's line: its code and how many follow."""
-    p = getattr(sess, "presentation", None)
-    if p is None or p.ended:
-        return ""
-    n = p.following()
-    return f"  \nPresenting **{p.code}** · {n} following"
+    p = presenting(sess)
+    return f"  \nPresenting **{p.code}** · {p.following()} following" if p is not None else ""
 
 
 def follower_status(f: Follower) -> str:
@@ -214,7 +217,7 @@ class Live(Tab):
         """The session drawn (and, if it presents, published to its followers). Outputs: LIVE."""
         o = self.out
         view = sess.view()
-        if sess.presentation is not None and not sess.presentation.ended:
+        if presenting(sess) is not None:
             sess.presentation.publish(view, race_status(sess), sess.prompt)
         return {o["session"]: sess, o["status"]: live_status(sess),
                 **render(view, None, colour_by, show_dropped, panels, o, accept)}
@@ -300,7 +303,7 @@ class Live(Tab):
         again while it presents). Outputs: PRESENT, the code first (the API's answer)."""
         o = self.out
         sess = own_session(sess) or Session()
-        if sess.presentation is None or sess.presentation.ended:
+        if presenting(sess) is None:
             sess.presentation = CLASSROOM.open()
             sess.presentation.publish(sess.view() if sess.started else None,
                                       race_status(sess) if sess.started else "", sess.prompt)
@@ -343,17 +346,15 @@ class Live(Tab):
         o = self.out
         if isinstance(sess, Follower):
             return {o["follow_mark"]: follow_mark(sess), o["status"]: live_status(sess)}
-        presenting = isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended
-        busy = presenting and sess.lock.locked()   # its Step will say where it stands
-        return {o["follow_mark"]: follow_mark(sess), o["status"]: gr.skip() if busy or not presenting
-                else live_status(sess)}
+        quiet = presenting(sess) is None or sess.lock.locked()   # a Step under way will say where it stands
+        return {o["follow_mark"]: follow_mark(sess), o["status"]: gr.skip() if quiet else live_status(sess)}
 
     def on_follow_frame(self, sess, panels=None) -> dict:
         """The follow mark changed: a follower gets the presenter's new cycle (nothing is sent if it
         has it), or is told the presentation ended; the timer stops once the tab neither follows
         nor presents. Outputs: FOLLOW."""
         o = self.out
-        if isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended:
+        if presenting(sess) is not None:
             return skip(FOLLOW, o)
         if not isinstance(sess, Follower):
             return {**skip(FOLLOW, o), o["follow_timer"]: gr.Timer(active=False)}
@@ -392,7 +393,7 @@ def follow_mark(sess) -> str:
             return f"{sess.code}:{CLASSROOM.find(sess.code).poll(sess.id).version}"
         except UserError:
             return f"{sess.code}:ended"
-    if isinstance(sess, Session) and sess.presentation is not None and not sess.presentation.ended:
+    if presenting(sess) is not None:
         return "presenting"
     return "off"
 
