@@ -4,8 +4,7 @@ several processes without losing anyone's update.
 `atomic_path` hands out a unique temporary file in the target's folder (so the final rename stays
 on one file system), then fsyncs and renames it over the target only when the writer finished;
 `atomic_write` is that for bytes or text in hand; `locked_update` is a read-modify-write of a JSON
-file under an exclusive lock on a sibling `.lock` file (POSIX `flock`; where it does not exist the
-update is still atomic, only not serialised).
+file under an exclusive lock on a sibling `.lock` file (`filelock`, which picks the platform's lock).
 """
 from __future__ import annotations
 
@@ -16,10 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None
+from filelock import FileLock
 
 _UMASK = os.umask(0)   # mkstemp creates 0600 files; the finished file gets the usual 0666 & ~umask
 os.umask(_UMASK)
@@ -82,27 +78,14 @@ def read_json(path, default: Any = None) -> Any:
         return default
 
 
-@contextlib.contextmanager
-def file_lock(path) -> Iterator[None]:
-    """An exclusive lock on `path` + ".lock" across processes (and threads: each holder opens the
-    lock file anew), released when the block ends."""
+def locked_update(path, fn: Callable[[dict], dict], indent: int | None = 1) -> dict:
+    """Read-modify-write the JSON object in `path` under an exclusive lock on `path` + ".lock": `fn`
+    gets its content ({} when the file is missing, unreadable or not an object) and returns the new
+    content, written atomically and returned. Two processes (or threads: each call holds a lock
+    object of its own) updating different keys both keep theirs."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as f:
-        if fcntl is not None:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-def locked_update(path, fn: Callable[[dict], dict], indent: int | None = 1) -> dict:
-    """Read-modify-write the JSON object in `path` under `file_lock`: `fn` gets its content ({} when
-    the file is missing, unreadable or not an object) and returns the new content, written
-    atomically and returned. Two processes updating different keys both keep theirs."""
-    with file_lock(path):
+    with FileLock(path.with_name(path.name + ".lock")):
         old = read_json(path, {})
         new = fn(old if isinstance(old, dict) else {})
         atomic_write(path, json.dumps(new, indent=indent))
