@@ -134,6 +134,20 @@ def test_unknown_model(capsys):
     assert_clean_error(code, err, "unknown model")
 
 
+@pytest.mark.parametrize("flag, value", [("--target", "bad..name"), ("--head", "owner.git"),
+                                         ("--head", "ends-with-")])
+def test_malformed_hub_id_fails_before_loading(capsys, monkeypatch, tiny, flag, value):
+    """A name that is neither a folder here nor a Hub id (huggingface_hub's rules) is refused before
+    the target loads or the Hub is asked, saying what is wrong with it."""
+    import eagle2.model.loading as loading
+    monkeypatch.setattr(loading, "load_target", lambda *a, **kw: pytest.fail("the target was loaded"))
+    monkeypatch.setattr(loading, "hub_download", lambda *a, **kw: pytest.fail("the Hub was asked"))
+    argv = base(tiny)
+    argv[argv.index(flag) + 1] = value
+    code, _, err = run_main(capsys, argv)
+    assert_clean_error(code, err, f"{flag[2:]} {value!r} is neither a local folder nor a hugging face id (")
+
+
 def test_target_folder_without_config(capsys, tmp_path):
     code, _, err = run_main(capsys, ["generate", "--target", str(tmp_path), "--prompt", "hi"])
     assert_clean_error(code, err, "config.json")

@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -159,21 +158,26 @@ def resolve_target(target: str) -> Path | str:
             raise UserError(f"{p} has no config.json: a target folder needs config.json, weights "
                             f"(*.safetensors) and tokenizer files.")
         return p
-    if is_hub_id(target) and "/" in target:
-        return target  # a Hugging Face id; the loader reports an unreachable hub clearly
+    if "/" in target:
+        return target  # a Hub id (local_folder checked its shape); the loader says when the hub is unreachable
     raise UserError(f"Unknown model {target!r}: use a preset ({', '.join(PRESETS)}), a local folder "
                     f"or a Hugging Face id like 'owner/name'.")
 
 
-# A Hugging Face repo id: "name" or "owner/name" (huggingface_hub's rules: letters, digits, '-', '_',
-# '.'; neither '--' nor '..'; no '-' or '.' at either end of a part).
-_HUB_PART = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"
-_HUB_ID = re.compile(rf"(?:{_HUB_PART}/)?{_HUB_PART}")
+def hub_id_problem(name: str) -> str | None:
+    """Why `name` is not a Hugging Face repo id ("name" or "owner/name"), by huggingface_hub's own
+    rules, or None when it is one."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(name)
+    except HFValidationError as e:
+        return str(e)
+    return None
 
 
 def is_hub_id(name: str) -> bool:
     """Whether `name` is shaped like a Hugging Face repo id ("name" or "owner/name")."""
-    return bool(_HUB_ID.fullmatch(name)) and "--" not in name and ".." not in name
+    return hub_id_problem(name) is None
 
 
 def looks_like_path(name: str) -> bool:
@@ -190,7 +194,8 @@ def looks_like_path(name: str) -> bool:
 def local_folder(name: str, what: str) -> Path | None:
     """The local folder a --target / --head value names, or None where it can only be a Hub id
     (nothing of that name here, and not path-shaped). A path-shaped name with nothing there is a
-    UserError ("no such folder"), before anything is loaded or fetched."""
+    UserError ("no such folder"), and so is a name that is no Hub id either, before anything is
+    loaded or fetched."""
     p = Path(str(name)).expanduser()
     if p.exists():
         if not p.is_dir():
@@ -198,6 +203,9 @@ def local_folder(name: str, what: str) -> Path | None:
         return p
     if looks_like_path(name):
         raise UserError(f"no such folder: {name} (the {what} looks like a local path).")
+    problem = hub_id_problem(str(name))
+    if problem:
+        raise UserError(f"The {what} {name!r} is neither a local folder nor a Hugging Face id ({problem.rstrip('.')}).")
     return None
 
 
