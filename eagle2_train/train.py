@@ -1,4 +1,4 @@
-"""`python -m eagle2 train`: train an EAGLE draft head for any supported target.
+"""`python -m eagle2_train train`: train an EAGLE draft head for any supported target.
 
 Stages (each resumable, outputs under --out): data (self-distillation), features (fp16 cache),
 train (AdamW, grad clip, cosine schedule, optional training-time test, held-out top-1 agreement
@@ -42,7 +42,7 @@ VARIANTS = {"greedy": {"name": "greedy", "temperature": 0.0},
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m eagle2 train", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m eagle2_train train", description=__doc__)
     add_model_args(ap, head=False, dtype=False)
     ap.add_argument("--out", required=True, help="run folder (data, features, checkpoints, head/)")
     ap.add_argument("--prompts", default=",".join(sorted(str(f) for f in (ASSETS / "prompts").glob("train*.jsonl"))),

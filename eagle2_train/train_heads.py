@@ -1,4 +1,4 @@
-"""The head `python -m eagle2 train` trains, by --head-kind: EAGLE-1/2 (`eagle`, head.py) or EAGLE-3
+"""The head `python -m eagle2_train train` trains, by --head-kind: EAGLE-1/2 (`eagle`, head.py) or EAGLE-3
 (`eagle3`, head3.py). What differs between the kinds lives here: the feature cache each reads, its
 objective, how it is built (fresh, or fine-tuned from a folder of the same kind) and saved."""
 from __future__ import annotations
@@ -163,7 +163,7 @@ def model_card(a, head, log: dict, n_convs: int, n_tokens: int) -> str:
     figures = ", ".join(f"{k.removeprefix('heldout_')} {v:.3f}" for k, v in last.items()
                         if k.startswith("heldout_"))
     return (f"# {kind} draft head for {a.target}\n\n"
-            f"Trained by `python -m eagle2 train --head-kind {a.head_kind}`; {layout}. The embedding is the "
+            f"Trained by `python -m eagle2_train train --head-kind {a.head_kind}`; {layout}. The embedding is the "
             f"target's (frozen, not stored); draft vocabulary of {V:,} target tokens; weights in fp16.\n\n"
             f"| | |\n| --- | --- |\n"
             f"| data | {n_convs:,} self-distilled conversations, {n_tokens:,} tokens |\n"

@@ -42,22 +42,23 @@ FINE_TUNE = ["--init", SHIPPED, "--lr", "3e-4", *HEAD_RUN, "--epochs", "4"]
 
 def steps(run: Path, out: Path, threads: str) -> dict[str, list[list[str]]]:
     py = [sys.executable, "-m", "eagle2"]
+    train = [sys.executable, "-m", "eagle2_train", "train"]  # the training package's own entry point
     t = ["--threads", threads]
     heads = {"e3": (run.with_name(run.name + "-e3") / "head", "eagle3"),
              "e12": (run.with_name(run.name + "-e12") / "head", "eagle"), "shipped": (Path(SHIPPED), "eagle")}
     return {
-        "prompts": [py + ["prompts", "--n", "8000", "--batch", "64", *t]],
+        "prompts": [[sys.executable, "-m", "eagle2_train", "prompts", "--n", "8000", "--batch", "64", *t]],
         "restore": [[sys.executable, "-m", "eagle2_train.data_archive", "restore", "--run", str(run)]],
-        "data": [py + ["train", "--out", str(run), "--stages", "data", "--variants", "greedy", "--max-new-tokens", "192",
-                       "--gen-batch", "96", "--gen-dtype", "auto", *t]],
+        "data": [train + ["--out", str(run), "--stages", "data", "--variants", "greedy", "--max-new-tokens", "192",
+                          "--gen-batch", "96", "--gen-dtype", "auto", *t]],
         "archive": [[sys.executable, "-m", "eagle2_train.data_archive", "save", "--run", str(run)]],
-        "features": [py + ["train", "--out", str(run), "--stages", "features", "--head-kind", "eagle3", *t]],
-        "e3": [py + ["train", "--out", str(heads["e3"][0].parent), "--features", str(run), "--head-kind", "eagle3",
-                     "--lr", "1e-3", *TRAIN, *t]],
-        "e12": [py + ["train", "--out", str(heads["e12"][0].parent), "--features", str(run), *FINE_TUNE, *t]],
-        "eval": [py + ["train", "--out", str(run.with_name(f"{run.name}-eval-{k}")), "--features", str(run),
-                       "--stages", "train", "--head-kind", kind, "--init", str(h), "--epochs", "0", "--ttt-steps", "3",
-                       *t] for k, (h, kind) in heads.items()],
+        "features": [train + ["--out", str(run), "--stages", "features", "--head-kind", "eagle3", *t]],
+        "e3": [train + ["--out", str(heads["e3"][0].parent), "--features", str(run), "--head-kind", "eagle3",
+                        "--lr", "1e-3", *TRAIN, *t]],
+        "e12": [train + ["--out", str(heads["e12"][0].parent), "--features", str(run), *FINE_TUNE, *t]],
+        "eval": [train + ["--out", str(run.with_name(f"{run.name}-eval-{k}")), "--features", str(run),
+                          "--stages", "train", "--head-kind", kind, "--init", str(h), "--epochs", "0",
+                          "--ttt-steps", "3", *t] for k, (h, kind) in heads.items()],
         "tau": [py + ["tau", "--head", str(h), "--out", str(out / f"tau-{k}"), *t] for k, (h, _) in heads.items()],
         "table": [[sys.executable, str(REPO / "scripts" / "head_table.py"),
                    *(f"{k}={run.with_name(f'{run.name}-eval-{k}')},{out / f'tau-{k}'}" for k in heads)]],

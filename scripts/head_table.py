@@ -2,7 +2,7 @@
 
     python scripts/head_table.py LABEL=EVAL,TAU[,BENCH] [LABEL=EVAL,TAU[,BENCH] ...]
 
-EVAL: a train_log.json (or its folder) from `python -m eagle2 train --stages train --init HEAD
+EVAL: a train_log.json (or its folder) from `python -m eagle2_train train --stages train --init HEAD
 --epochs 0 --ttt-steps 3` (held-out agreement at depths 1-3; its last record is read); TAU: a
 `python -m eagle2 tau --head HEAD --out DIR` folder (tau over every held-out prompt, greedy);
 BENCH (optional): a `python -m eagle2 bench --head HEAD --policies plain@eager,eagle2-auto,...`

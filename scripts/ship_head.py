@@ -27,7 +27,7 @@ def check_of_this_head(head: Path, ev: dict, tau: dict) -> None:
     """Refuse figures measured on other weights."""
     init = ev.get("init")
     if init is None or Path(init).resolve() != head.resolve():
-        raise SystemExit(f"the evaluation is of {init!r}, not {head}: run `python -m eagle2 train --stages train "
+        raise SystemExit(f"the evaluation is of {init!r}, not {head}: run `python -m eagle2_train train --stages train "
                          f"--init {head} --epochs 0 --ttt-steps 3 ...` for it.")
     digest = sha256_of(head / "model.safetensors")
     if tau.get("head_sha256") != digest:
@@ -80,7 +80,7 @@ tau by prompt category:
 
 Commands: `{command}` ({tau['seconds']:.0f} s, {tau['threads']} threads, {m.get('cpu', '?')}
 family {m.get('family', '?')} model {m.get('model', '?')}, torch {m.get('torch', '?')}; tau does not
-depend on the machine); the agreement: `python -m eagle2 train --stages train --init HEAD --epochs 0
+depend on the machine); the agreement: `python -m eagle2_train train --stages train --init HEAD --epochs 0
 --ttt-steps 3 --features RUN` on the recipe's held-out cache (`scripts/head_recipe.py`, step `eval`).
 Weights: `model.safetensors`, sha256 `{tau['head_sha256']}`. Per-epoch figures: `train_log.json`.
 """

@@ -1,5 +1,5 @@
-"""`python -m eagle2 generate` on bad input: exit code 2 and one clear "error: ..." line on stderr,
-never a traceback; and the --json summary on good input.
+"""`python -m eagle2 generate` (and `python -m eagle2_train`) on bad input: exit code 2 and one clear
+"error: ..." line on stderr, never a traceback; and the --json summary on good input.
 
 Most cases call eagle2.tools.cli.main in-process on a tiny random model folder (fast); a few go through
 a real `python -m eagle2` subprocess to check what a user actually sees.
@@ -194,11 +194,11 @@ def test_generation_stops_at_context_end(capsys, tiny):
 
 # ------------------------------------------------------------------ real subprocesses
 
-def run_cli(*args, timeout=240):
+def run_cli(*args, timeout=240, module="eagle2"):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if (os.cpu_count() or 1) <= 2:
         env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run([sys.executable, "-m", "eagle2", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -206,6 +206,19 @@ def test_subprocess_bad_input(tiny):
     r = run_cli(*base(tiny, "--depth", "0"))
     assert_clean_error(r.returncode, r.stderr, "depth")
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("cmd", ["train", "prompts"])
+def test_training_commands_name_their_own_entry_point(capsys, cmd):
+    code, _, err = run_main(capsys, [cmd, "--out", "runs/x"])
+    assert_clean_error(code, err, f"python -m eagle2_train {cmd}")
+
+
+def test_subprocess_training_entry_point(tmp_path):
+    """`python -m eagle2_train train` parses its own options and reports a UserError as one line."""
+    r = run_cli("train", "--out", str(tmp_path / "run"), "--ttt-steps", "0", module="eagle2_train")
+    assert_clean_error(r.returncode, r.stderr, "--ttt-steps must be in [1, 8]")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ def test_bench_limit_spreads_over_categories():
 
 
 def test_train_cli_rejects_prompt_files_sharing_ids(tmp_path, capsys):
-    from eagle2.tools.cli import main as cli_main
+    from eagle2_train.cli import main as cli_main
     f = P / "train.jsonl"
     rc = cli_main(["train", "--out", str(tmp_path / "run"), "--prompts", f"{f},{f}", "--stages", "data"])
     assert rc != 0

@@ -1,4 +1,4 @@
-"""New training-prompt sources (python -m eagle2 prompts): the shared cleaning, filters and
+"""New training-prompt sources (python -m eagle2_train prompts): the shared cleaning, filters and
 deduplication (held-out prompts never leak in), the self-instruct seeds, deterministic and
 resumable generation on a tiny model, the PyPI converter on a small fixture wheel (no network),
 and the CLI's errors for bad input."""
@@ -12,7 +12,7 @@ import torch
 
 from eagle2.errors import UserError
 import eagle2_train.selfinstruct as selfinstruct
-from eagle2.tools.cli import main as cli_main
+from eagle2_train.cli import main as cli_main
 from eagle2_train.prompt_filter import Deduper, clean, new_deduper, reject_reason
 from eagle2_train.prompt_seeds import DOMAIN_CATEGORY, DOMAINS, TASKS
 from eagle2_train.pypi_prompts import SOURCES, convert

@@ -28,8 +28,13 @@ def test_the_recipe_plans_every_step_in_order(capsys, tmp_path):
                                                "curves"]
     assert recipe.main(["--steps", "data,nope", "--dry-run"]) == 2
     # EAGLE-3 from random init; the EAGLE-1/2 head of the comparison fine-tunes the shipped one
-    e3, e12 = (recipe.steps(tmp_path / "r", tmp_path / "o", "2")[k][0] for k in ("e3", "e12"))
+    planned = recipe.steps(tmp_path / "r", tmp_path / "o", "2")
+    e3, e12 = (planned[k][0] for k in ("e3", "e12"))
     assert "--init" not in e3 and e12[e12.index("--init") + 1] == recipe.SHIPPED
+    # training runs through the training package's own entry point, the tau runs through the engine's
+    assert all(cmd[1:4] == ["-m", "eagle2_train", k if k == "prompts" else "train"]
+               for k in ("prompts", "data", "features", "e3", "e12", "eval") for cmd in planned[k])
+    assert all(cmd[1:4] == ["-m", "eagle2", "tau"] for cmd in planned["tau"])
 
 
 def test_status_reads_how_far_each_step_got(capsys, tmp_path):

@@ -1,4 +1,4 @@
-"""Training EAGLE-3 heads through `python -m eagle2 train --head-kind eagle3` (docs/algorithms.md §1),
+"""Training EAGLE-3 heads through `python -m eagle2_train train --head-kind eagle3` (docs/algorithms.md §1),
 on a tiny random 8-layer Llama target with a word-level chat template: the features stage stores
 the target's aux-layer states in its own cache and resumes; training lowers the loss; the unrolled
 training-time-test pass equals decoding a chain with forward_cached; the saved head has the

@@ -1,4 +1,4 @@
-"""A training run stops and resumes cleanly (`python -m eagle2 train`, eagle2_train/checkpoint.py):
+"""A training run stops and resumes cleanly (`python -m eagle2_train train`, eagle2_train/checkpoint.py):
 killed mid-epoch, the same command continues from the last finished epoch and ends with exactly the
 head and log of an uninterrupted run; a changed flag or a corrupt checkpoint is a clear UserError;
 training stops by the held-out loss and keeps the best epoch's head. On a tiny random target."""

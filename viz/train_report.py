@@ -1,5 +1,5 @@
 """Training curves of draft-head runs, side by side, from their train_log.json files
-(`python -m eagle2 train` writes one per run): the training loss per step, the held-out loss per
+(`python -m eagle2_train train` writes one per run): the training loss per step, the held-out loss per
 epoch, and held-out top-1 agreement at depths 1-3 per epoch; one HTML page, and (--markdown) the
 per-epoch table.
 

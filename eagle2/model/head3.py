@@ -5,7 +5,7 @@ fused by `fc` (3D -> D); one decoder layer (`midlayer`) whose attention input is
 [input_layernorm(e(x_{i+1})) ; hidden_norm(u_i)] (2D wide); logits from `norm` and its own LM head
 over a reduced draft vocabulary (`d2t`, `t2d`). A deeper draft step feeds the layer's own output
 (before `norm`) in place of fc(a): a D-wide input skips `fc`, as in SGLang and vLLM. Trained by
-`python -m eagle2 train --head-kind eagle3` (forward_train, forward_train_unrolled, save_head3).
+`python -m eagle2_train train --head-kind eagle3` (forward_train, forward_train_unrolled, save_head3).
 """
 from __future__ import annotations
 

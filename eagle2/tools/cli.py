@@ -1,4 +1,6 @@
-"""`python -m eagle2 generate|fetch|bench|tau|train|profile|compile|prompts ...`: the command-line entry points.
+"""`python -m eagle2 generate|fetch|bench|tau|profile|compile ...`: the command-line entry points.
+Training a draft head and writing its prompts are the training package's own commands:
+`python -m eagle2_train train|prompts ...`.
 
 A UserError (bad input, missing weights) prints one clear line on stderr and exits 2, never a
 traceback.
@@ -8,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Callable
 
 from ..errors import UserError
 from ..model.weights import DEFAULT_PRESET
@@ -15,25 +18,35 @@ from ..policies.registry import default_policy
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
 
-TOOLS = ("bench", "tau", "train", "profile", "compile", "prompts")  # sub-commands with parsers of their own
+TOOLS = ("bench", "tau", "profile", "compile")  # sub-commands with parsers of their own
+# The training package sits above the engine, which never imports it: its commands have their own entry point.
+TRAINING = ("train", "prompts")
 
 
 def run_tool(name: str, argv: list[str]) -> int:
-    """A sub-command's own main, imported only when it runs; train and prompts live in the
-    training package beside the runtime (eagle2_train), which the page never imports."""
+    """A sub-command's own main, imported only when it runs."""
     if name == "bench":
         from .bench import main
     elif name == "tau":
         from .tau import main
     elif name == "profile":
         from .profile import main
-    elif name == "compile":
-        from .compile import main
-    elif name == "train":
-        from eagle2_train.train import main
     else:
-        from eagle2_train.prompts import main
+        from .compile import main
     return main(argv)
+
+
+def reporting_errors(run: Callable[[list[str]], int], argv: list[str]) -> int:
+    """`run(argv)`'s exit code; a UserError is one "error: ..." line on stderr and 2 (never a
+    traceback), an interrupt 130. The training package's entry point shares it."""
+    try:
+        return run(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,20 +142,18 @@ def cmd_fetch(a) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        if argv and argv[0] in TOOLS:
-            return run_tool(argv[0], argv[1:])
-        a = build_parser().parse_args(argv)
-        if a.cmd == "generate":
-            return cmd_generate(a)
-        if a.cmd == "fetch":
-            return cmd_fetch(a)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+def dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in TRAINING:
+        raise UserError(f"`{argv[0]}` is a command of the training package: python -m eagle2_train {argv[0]} ...")
+    if argv and argv[0] in TOOLS:
+        return run_tool(argv[0], argv[1:])
+    a = build_parser().parse_args(argv)
+    if a.cmd == "generate":
+        return cmd_generate(a)
+    if a.cmd == "fetch":
+        return cmd_fetch(a)
     return 1
+
+
+def main(argv=None) -> int:
+    return reporting_errors(dispatch, sys.argv[1:] if argv is None else argv)
