@@ -1,11 +1,17 @@
 """The dependency files agree: requirements.txt repeats pyproject.toml's dependencies,
 requirements-dev.txt adds its `dev` extra, constraints.txt pins every one of them inside its
-range, and the installed packages are every top-level package of the checkout."""
+range, and the installed packages are every top-level package of the checkout; a wheel install
+finds the shipped heads, traces and prompts."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -56,3 +62,53 @@ def test_every_top_level_package_is_installed():
     include = set(PROJECT["tool"]["setuptools"]["packages"]["find"]["include"])
     packages = {d.name for d in REPO.iterdir() if (d / "__init__.py").is_file()}
     assert packages == {p for p in include if "." not in p}
+
+
+def test_the_checkout_reads_its_own_assets():
+    from eagle2.model.weights import ASSETS, PRESETS
+    assert ASSETS == REPO / "assets"                  # through the link eagle2/assets
+    assert (Path(PRESETS["smollm2-135m"].head) / "model.safetensors").is_file()
+
+
+# Run from a folder outside the checkout against the installed copy alone: the engine's head, the
+# page's traces and example prompts, tau's held-out prompts and the trainer's prompt files.
+FOUND_INSTALLED = """
+import sys
+from pathlib import Path
+import eagle2, eagle2_train.train, ui.traces
+from eagle2.model.weights import ASSETS, PRESETS
+from eagle2.tools.tau import build_parser as tau_parser
+site = Path(sys.argv[1]).resolve()
+train = eagle2_train.train.build_parser().parse_args(["--out", "run"])
+files = [Path(eagle2.__file__), ASSETS, Path(PRESETS["smollm2-135m"].head) / "model.safetensors",
+         ui.traces.EXAMPLES_FILE, Path(tau_parser().parse_args(["--out", "o"]).prompts), Path(train.heldout),
+         *ui.traces.shipped_traces().values(), *map(Path, train.prompts.split(","))]
+outside = [str(f) for f in files if not f.exists() or not f.resolve().is_relative_to(site)]
+assert not outside, outside
+assert len(ui.traces.shipped_traces()) == 3 and len(train.prompts.split(",")) >= 6, files
+print("ok", len(files))
+"""
+
+
+@pytest.mark.slow
+def test_a_wheel_install_finds_the_shipped_assets(tmp_path):
+    """`pip install .` (not editable) carries the heads, traces and prompts as package data."""
+    src = tmp_path / "src"           # a copy, so the build leaves no build/ or egg-info in the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("eagle2", "eagle2_train", "ui", "viz", "assets"):
+        shutil.copytree(REPO / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", str(src), "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist")],
+                   check=True, cwd=tmp_path, timeout=600)
+    (wheel,) = (tmp_path / "dist").glob("eagle2_viz-*.whl")
+    site = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, cwd=tmp_path,
+                   timeout=600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    r = subprocess.run([sys.executable, "-c", FOUND_INSTALLED, str(site)], cwd=elsewhere, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr[-3000:]

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
+from eagle2.model.weights import ASSETS
 
 from .session import DEFAULTS, Session, Settings
 from .view import VIZ_KEY, View
 
-ROOT = Path(__file__).resolve().parent.parent
-TRACES_DIR = ROOT / "assets" / "traces"
-EXAMPLES_FILE = ROOT / "assets" / "prompts" / "examples.json"
+TRACES_DIR = ASSETS / "traces"
+EXAMPLES_FILE = ASSETS / "prompts" / "examples.json"
 DEFAULT_TRACE = "writing-greedy.json"
 
 BUILTIN_EXAMPLES = {

@@ -22,7 +22,10 @@ from pathlib import Path
 from ..errors import UserError
 from ..files import atomic_path
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
+# The shipped heads, prompts and recorded traces: eagle2/assets, package data in a wheel and a link to
+# the checkout's assets/ in the repository (where links are not checked out, assets/ itself).
+_PACKAGED = (Path(__file__).parents[1] / "assets").resolve()
+ASSETS = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[2] / "assets"
 
 
 @dataclass(frozen=True)
