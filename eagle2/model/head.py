@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from .llama import Block, KVCache, Linear, LlamaArgs, PackedWeight, attention_mask, linear, pack_linears, rope_tables
+from .llama import (Block, KVCache, Linear, LlamaArgs, PackedWeight, attention_mask, linear, pack_linears,
+                    rope_covering)
 from .ttt import unrolled_passes
 
 
@@ -56,10 +57,7 @@ class DraftHead(nn.Module):
         self.lm_packed = PackedWeight.build(self.lm_weight)
 
     def rope(self, n: int):
-        if self._cos is None or self._cos.shape[0] < n:
-            w = self.fc.weight
-            cos, sin = rope_tables(self.args, max(n, 2048), w.device)
-            self._cos, self._sin = cos.to(w.dtype), sin.to(w.dtype)
+        self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, self.fc.weight)
         return self._cos, self._sin
 
     def new_cache(self, max_len: int) -> KVCache:

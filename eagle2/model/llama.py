@@ -71,6 +71,17 @@ def rope_tables(args: LlamaArgs, n: int, device=None) -> tuple[torch.Tensor, tor
     return (emb.cos() * scale).float().to(device), (emb.sin() * scale).float().to(device)
 
 
+def rope_covering(tables: tuple, args: LlamaArgs, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables covering positions < n: `tables` (cos, sin) where they already do, else new
+    ones in `like`'s dtype and device for at least 2048 positions, so that they grow rarely. The
+    target and its head each keep theirs (grown on demand, shared read-only)."""
+    cos, sin = tables
+    if cos is None or cos.shape[0] < n:
+        cos, sin = rope_tables(args, max(n, 2048), like.device)
+        cos, sin = cos.to(like.dtype), sin.to(like.dtype)
+    return cos, sin
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [B, h, T, d]; cos/sin [T, d] (HF's rotate-half convention)
     half = x.shape[-1] // 2
@@ -272,10 +283,7 @@ class LlamaModel(nn.Module):
 
     def rope(self, n: int):
         """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
-        if self._cos is None or self._cos.shape[0] < n:
-            w = self.lm_head.weight
-            cos, sin = rope_tables(self.args, max(n, 2048), w.device)
-            self._cos, self._sin = cos.to(w.dtype), sin.to(w.dtype)
+        self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, self.lm_head.weight)
         return self._cos, self._sin
 
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
