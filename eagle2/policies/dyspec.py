@@ -160,8 +160,8 @@ class _State:
             self.g_of[m], self.slot_of[m], self.call_of[m] = g[j], slots[j], call
             self._set_dist(m, lp[j])
 
-    def _draw_child(self, n: int, slot_logv: float) -> tuple[int, float] | None:
-        """Draw one child of n from its residual; returns (pool index, log q(y)) or None if R is spent."""
+    def _draw_child(self, n: int, slot_logv: float) -> int | None:
+        """Draw one child of n from its residual; returns its pool index, None if R is spent."""
         r = self.R[n]
         if self.nchild[n] >= self.Vd or self.rem[n] <= 0.0:
             return None
@@ -178,7 +178,18 @@ class _State:
                             level=self.call_of[n], kept=True)
         self.nchild[n] += 1
         self.slot_value.append(slot_logv)
-        return idx, lq
+        return idx
+
+    def _take(self, heap, n: int, slot_logv: float, floor: float | None = None) -> int | None:
+        """Draw a child at n's slot, popped with log value slot_logv, and push the slot back for
+        n's next sibling (the threshold variant: only if its key is above `floor`). Returns the
+        child's pool index, None if the slot is spent."""
+        idx = self._draw_child(n, slot_logv)
+        if idx is not None and self._sibling_ok(n):
+            v = self._key(n)
+            if floor is None or v > floor:
+                self._push(heap, v, n)
+        return idx
 
     def _sibling_ok(self, n: int) -> bool:
         k = self.pol.top_k
@@ -220,13 +231,10 @@ class _State:
                     if self._sibling_ok(n):
                         self._push(heap, self._key(n), n)
                     continue
-            got = self._draw_child(n, -negv)
-            if got is None:
+            idx = self._take(heap, n, -negv)
+            if idx is None:
                 continue
-            idx, lq = got
             added += 1
-            if self._sibling_ok(n):
-                self._push(heap, self._key(n), n)
             if t.depths[idx] < self.pol.depth:
                 self._push(heap, t.values[idx], idx)
 
@@ -245,15 +253,10 @@ class _State:
                 negv, _, n = heapq.heappop(heap)
                 if -negv <= logt:
                     break
-                got = self._draw_child(n, -negv)
-                if got is None:
+                idx = self._take(heap, n, -negv, floor=logt)
+                if idx is None:
                     continue
-                idx, lq = got
                 added += 1
-                if self._sibling_ok(n):
-                    v = self._key(n)
-                    if v > logt:
-                        self._push(heap, v, n)
                 if t.values[idx] > logt and t.depths[idx] < self.pol.depth:
                     new.append(idx)
             if new and added < self.budget:
