@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.records import DySpecRecord
-from ..cycle.tree import DraftTree
+from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from .base import Option, TreeBuilder, TreePolicy, check_int
 
@@ -58,6 +57,21 @@ def _draw(r: torch.Tensor, gen: torch.Generator) -> int:
 
 
 @dataclass
+class DySpecRecord(TreeRecord):
+    """How DySpec grew this tree."""
+    kind: Literal["heap-growth"] = "heap-growth"
+    mode: str = "heap"
+    greedy: bool = True
+    temperature: float = 0.0
+    budget: int = 0
+    threshold: float | None = None
+    best_first: bool = False
+    slot_value: list[float | None] = field(default_factory=list)   # log value of the slot each node came from
+    ranks: str = "draft probability"
+    nonfinite_draft_nodes: list[int] = field(default_factory=list)
+
+
+@dataclass
 class DySpecPolicy(TreePolicy):
     total_tokens: int = 60              # budget: tokens the target verifies per cycle, root included
     depth: int = 12                     # max depth of a drafted node (bounds the draft calls)
@@ -66,6 +80,7 @@ class DySpecPolicy(TreePolicy):
     lookahead: int = 1                  # nodes the head runs per draft call in the heap mode
     best_first: bool = False            # greedy only: exact keys, the top-N tree (see module doc)
     name: ClassVar[str] = "dyspec"
+    record_type: ClassVar[type] = DySpecRecord
     options: ClassVar[tuple] = (
         Option("--dyspec-threshold", "threshold", float,
                "DySpec: use the threshold variant with this t (about 1/budget) instead of the max-heap"),
