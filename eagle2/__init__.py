@@ -3,7 +3,7 @@
 Layers: model/ (target, head, loading) -> cycle/ (tree, drafting, verification, decoder, traces,
 the lockstep race) <-> policies/ (tree policies behind one interface and registry) -> tools/
 (command line, bench, profile, train). `import eagle2` stays light: torch loads on first use, and
-the trace types (cycle/trace.py, cycle/tree.py, cycle/records.py) never need it.
+the trace types (cycle/trace.py, cycle/tree.py) never need it.
 """
 from .errors import UserError
 

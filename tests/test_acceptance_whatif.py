@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import viz
-from eagle2.cycle.trace import StepTrace, Trace
+from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
+from eagle2.policies.registry import TRACES
 from viz.acceptance_whatif import (EMPTY, K_MAX, DepthCounts, acceptance_whatif_chart, best_k, chain_cost,
                                    chain_estimate, chain_speedup, chain_tokens, depth_counts, forwards_table)
 from viz.charts import depth_acceptance, series
@@ -178,7 +179,7 @@ def test_empty_plain_and_unpriced_runs_still_draw():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "assets" / "traces").glob("*.json")), ids=lambda p: p.stem)
 def test_every_shipped_trace_draws_model_and_measured(path):
-    tr = Trace.load(path)
+    tr = TRACES.load(path)
     table = cost_table_from_trace(tr.steps, tr.meta)
     assert table is not None
     fig = acceptance_whatif_chart(tr.steps, table, 0.8, tr.steps[0].policy)

@@ -175,8 +175,8 @@ def test_json_summary_in_process(capsys, tiny, tmp_path):
     assert JSON_KEYS <= set(s)
     assert s["policy"] == "eagle2" and s["new_tokens"] == len(s["token_ids"]) == 6
     assert s["target_forwards"] >= 1 and s["tau"] == pytest.approx(6 / s["target_forwards"])
-    from eagle2.cycle.trace import Trace
-    t = Trace.load(trace)
+    from eagle2.policies.registry import TRACES
+    t = TRACES.load(trace)
     assert sum(len(st.new_tokens) for st in t.steps) == 6
     assert [tok for st in t.steps for tok in st.new_tokens] == s["token_ids"]
 

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 import torch
 
-from eagle2.cycle import verify as V
 from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
-from eagle2.policies.registry import make_policy
+from eagle2.policies import lantern_rule as LR
+from eagle2.policies.registry import TRACES, make_policy
 from eagle2.cycle.sampling import SamplingParams, probs_from_logits
 
 ALPHA = 1e-3  # false-alarm rate of every statistical test in this file
@@ -213,6 +213,12 @@ def test_sampling_lossless_tiny(tiny, case, policy, kw, sp, draft_vocab, n):
 
 
 # ------------------------------------------------------------------------------------ tree records
+def assert_round_trips(st) -> None:
+    """The step as a trace file holds it reads back equal, its policy's record included."""
+    back = TRACES.step(json.loads(json.dumps(st.to_dict())))
+    assert back == st and type(back.tree.record) is type(st.tree.record)
+
+
 def test_ddd_records_beam_mass_and_stops(tiny):
     b, _ = tiny
     kw = dict(total_tokens=7, depth=3, top_k=4, check_levels=(2,), threshold=-1.3)
@@ -232,7 +238,7 @@ def test_ddd_records_beam_mass_and_stops(tiny):
                 assert deepest == dd.stopped_at - 1 and t.draft_calls == dd.stopped_at
             else:
                 assert deepest == 3 and t.draft_calls == 4
-            json.dumps(t.to_dict())  # the app's trace stays serialisable
+            assert_round_trips(st)  # the app's trace stays serialisable, the record typed
     assert decisions == {True, False}
 
 
@@ -259,7 +265,7 @@ def test_dyspec_tree_records(tiny):
                 assert set(t.draft_dists) == parents
                 for q in t.draft_dists.values():
                     assert q.shape == (b.target.args.vocab_size,) and abs(float(q.sum()) - 1) < 1e-5
-            json.dumps(t.to_dict())
+            assert_round_trips(st)
 
 
 class _FakeRunner:
@@ -384,23 +390,23 @@ def test_relaxed_greedy_rule():
     nbrs = torch.tensor([[1, 2], [0, 2], [0, 1], [4, 5], [3, 5], [4, 3]])
     tokens, children = [9, 2], [[1], []]
     # exact: token 2 is not the argmax (0) -> rejected, bonus 0
-    assert V.relaxed_greedy(tokens, children, logits, nbrs, 1.0, None) == ([], 0)
+    assert LR.relaxed_greedy(tokens, children, logits, nbrs, 1.0, None) == ([], 0)
     # lam = 2: bound 0.2 < p(0) = 0.3 -> nothing moves -> still rejected
-    assert V.relaxed_greedy(tokens, children, logits, nbrs, 2.0, None) == ([], 0)
+    assert LR.relaxed_greedy(tokens, children, logits, nbrs, 2.0, None) == ([], 0)
     # lam = 2.6: bound 0.32 >= 0.30 moves token 0 (not 0+1 = 0.35) onto 2: 0.5 > 0.25 -> accepted
     log = []
-    assert V.relaxed_greedy(tokens, children, logits, nbrs, 2.6, None, log) == ([1], 0)
+    assert LR.relaxed_greedy(tokens, children, logits, nbrs, 2.6, None, log) == ([1], 0)
     assert log[0]["moved"] == [0] and abs(log[0]["moved_mass"] - 0.3) < 1e-6 and log[0]["relaxed"]
     assert log[0]["p_max"] <= 2.6 * log[0]["p"]
     # token 3: neighbours 4 (0.10) then 5 (0.10); delta 0.15 moves 4: 0.35 > 0.30 -> accepted
-    assert V.relaxed_greedy([9, 3], children, logits, nbrs, None, 0.15) == ([1], 0)
-    assert V.relaxed_greedy([9, 3], children, logits, nbrs, None, 0.04) == ([], 0)
+    assert LR.relaxed_greedy([9, 3], children, logits, nbrs, None, 0.15) == ([1], 0)
+    assert LR.relaxed_greedy([9, 3], children, logits, nbrs, None, 0.04) == ([], 0)
     # the longest acceptable path wins over the exact child: 0 (exact, leaf) vs 3 (relaxed, with
     # an accepted child below it)
     logits2 = torch.log(torch.stack([p, p, torch.tensor([0.1, 0.1, 0.1, 0.1, 0.5, 0.1]), p]))
     tokens2, children2 = [9, 0, 3, 4], [[1, 2], [], [3], []]
-    assert V.relaxed_greedy(tokens2, children2, logits2, nbrs, None, 0.15) == ([2, 3], 0)
-    assert V.relaxed_greedy(tokens2, children2, logits2, nbrs, None, 0.0) == ([1], 0)
+    assert LR.relaxed_greedy(tokens2, children2, logits2, nbrs, None, 0.15) == ([2, 3], 0)
+    assert LR.relaxed_greedy(tokens2, children2, logits2, nbrs, None, 0.0) == ([1], 0)
 
 
 @pytest.mark.parametrize("lam,delta", [(3.0, None), (None, 0.08)])
@@ -413,7 +419,7 @@ def test_relaxed_sampling_distribution_and_bound(lam, delta):
     tokens, children = [9, 2, 3, 4], [[1, 2, 3], [], [], []]
     sp = SamplingParams(temperature=1.0)
     log = []
-    V.relaxed_sampling(tokens, children, logits, nbrs, lam, delta, sp, torch.Generator().manual_seed(0), log)
+    LR.relaxed_sampling(tokens, children, logits, nbrs, lam, delta, sp, torch.Generator().manual_seed(0), log)
     o = log[0]["dist"].numpy()
     assert abs(o.sum() - 1) < 1e-6 and log[0]["tv"] > 0.05
     assert log[0]["tv"] <= log[0]["tv_bound"] + 1e-6  # float32 probabilities
@@ -425,7 +431,7 @@ def test_relaxed_sampling_distribution_and_bound(lam, delta):
     gen = torch.Generator().manual_seed(1)
     counts = np.zeros(8)
     for _ in range(3000):
-        path, bonus = V.relaxed_sampling(tokens, children, logits, nbrs, lam, delta, sp, gen)
+        path, bonus = LR.relaxed_sampling(tokens, children, logits, nbrs, lam, delta, sp, gen)
         counts[tokens[path[0]] if path else bonus] += 1
     assert _chi2_pvalue(counts, o) > ALPHA
     assert _chi2_pvalue(counts, p.double().numpy()) < ALPHA  # and it is measurably not p
@@ -459,7 +465,7 @@ def test_lantern_steps_within_bound(tiny, tmp_cache, sp):
         for st in d.trace.steps[1:]:
             rx = st.tree.record
             assert rx.lam == lam and rx.k == 3
-            json.dumps(st.tree.to_dict())
+            assert_round_trips(st)
             for e in rx.positions:
                 if sp.greedy:  # accepted token within a factor lam of the argmax's probability
                     assert e["p_max"] <= lam * e["p"] * (1 + 1e-6)

@@ -1,6 +1,7 @@
 """Trace files: typed policy records round-trip through JSON, traces written before records
-existed (schema v1, a free `extra` dict) still load, and every field of a file is checked against
-its type, a bad one giving one UserError that names where it is."""
+existed (schema v1, a free `extra` dict) still load, every field of a file is checked against its
+type, a bad one giving one UserError that names where it is, and the shipped traces read and write
+back byte for byte."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from eagle2.cycle.records import AutoRecord, DDDRecord, DySpecRecord, RelaxationRecord, record_from_dict
 from eagle2.cycle.trace import SCHEMA, StepTrace, Trace
 from eagle2.cycle.tree import DraftTree
 from eagle2.errors import UserError
+from eagle2.policies.auto import AutoRecord
+from eagle2.policies.ddd import DDDRecord
+from eagle2.policies.dyspec import DySpecRecord
+from eagle2.policies.lantern import RelaxationRecord
+from eagle2.policies.registry import RECORD_TYPES, TRACES
 
 
 TIMES = {"draft_s": 0.1, "verify_s": 0.2, "commit_s": 0.0, "total_s": 0.3}
@@ -38,22 +43,15 @@ def test_records_round_trip_through_a_trace(rec):
                    timings=TIMES, cumulative=TOTALS, tree=t, tree_texts=["r", "a", "b"], accepted_path=[1], root=5)
     text = Trace(meta={"m": 1}, steps=[st]).to_json()
     assert json.loads(text)["schema"] == SCHEMA and "draft_dists" not in text
-    back = Trace.from_json(text).steps[0].tree
+    back = TRACES.from_json(text).steps[0].tree
     assert back.record == rec and type(back.record) is type(rec)
     assert (back.draft_calls, back.beam, back.beam_mass, back.sampled_drafts) == (2, [[1], [2]], [-0.1, -0.3], True)
     assert back.draft_dists == {}
 
 
-def test_record_notes_and_departure():
-    assert "stops expanding" in DDDRecord(threshold=-0.3, checks=[{"level": 2, "beam_mass": -0.9, "stop": True}]
-                                          ).expand_note(1)
-    assert DDDRecord().expand_note(1) == ""
-    assert "N = 5" in AutoRecord(n=5).rerank_note()
-    assert RelaxationRecord(relaxed_tokens=2, tv_max=0.1).departure() == {"rule": "lantern++", "relaxed_tokens": 2,
-                                                                           "max_shift": 0.1}
-    assert AutoRecord().departure() is None
-    with pytest.raises(ValueError):
-        record_from_dict({"kind": "no-such-kind"})
+def test_the_registry_reads_every_policys_record():
+    assert set(RECORD_TYPES) == {AutoRecord, DDDRecord, DySpecRecord, RelaxationRecord}
+    assert len({r.kind for r in RECORD_TYPES}) == len(RECORD_TYPES)   # kinds tell them apart
 
 
 def test_schema_v1_traces_still_load():
@@ -65,11 +63,11 @@ def test_schema_v1_traces_still_load():
     for k in ("draft_calls", "beam", "beam_mass", "sampled_drafts", "record"):
         tr.pop(k)
     tr["extra"] = {"beam": [[1]], "beam_mass": [-0.1], "draft_calls": 3, "ddd": {"checks": []}}
-    t = Trace.from_json(json.dumps(d)).steps[0].tree
+    t = TRACES.from_json(json.dumps(d)).steps[0].tree
     assert (t.beam, t.beam_mass, t.draft_calls, t.record) == ([[1]], [-0.1], 3, None)
     d["schema"] = "eagle2-viz/trace/v0"
     with pytest.raises(UserError, match="schema"):
-        Trace.from_json(json.dumps(d))
+        TRACES.from_json(json.dumps(d))
 
 
 # ---------------------------------------------------------------- typed validation of trace files
@@ -89,7 +87,7 @@ def good() -> dict:
 
 def malformed(d) -> str:
     with pytest.raises(UserError) as e:
-        Trace.from_json(json.dumps(d))
+        TRACES.from_json(json.dumps(d))
     msg = str(e.value)
     assert msg.startswith("The trace is malformed (") and "Error" not in msg, msg
     return msg
@@ -104,10 +102,10 @@ def edited(change) -> dict:
 @pytest.mark.parametrize("change,where", [
     (lambda d: d["steps"][1]["tree"]["parents"].__setitem__(2, "1"), "steps[1].tree.parents[2]: expected int, got str"),
     (lambda d: d["steps"][1].update(accepted_len=True), "steps[1].accepted_len: expected int, got bool"),
-    (lambda d: d["steps"][1].update(bonus=7.5), "steps[1].bonus: expected int or None, got float"),
-    (lambda d: d["steps"][1].update(new_texts="ab"), "steps[1].new_texts: expected list of str, got str"),
-    (lambda d: d["steps"][1].update(timings=None), "steps[1].timings: expected dict of float, got None"),
-    (lambda d: d["steps"][1]["timings"].update(verify_s="slow"), "steps[1].timings.verify_s: expected float, got str"),
+    (lambda d: d["steps"][1].update(bonus=7.5), "steps[1].bonus: expected int, got float"),
+    (lambda d: d["steps"][1].update(new_texts="ab"), "steps[1].new_texts: expected list, got str"),
+    (lambda d: d["steps"][1].update(timings=None), "steps[1].timings: expected dict, got None"),
+    (lambda d: d["steps"][1]["timings"].update(verify_s="slow"), "steps[1].timings.verify_s: expected number, got str"),
     (lambda d: d["steps"][1]["timings"].pop("verify_s"), "steps[1].timings: missing key 'verify_s'"),
     (lambda d: d["steps"][0].update(cumulative={}), "steps[0].cumulative: missing key 'tokens'"),
     (lambda d: d["steps"][1]["cumulative"].pop("wall_s"), "steps[1].cumulative: missing key 'wall_s'"),
@@ -115,13 +113,16 @@ def edited(change) -> dict:
     (lambda d: d["steps"][1].update(colour="red"), "steps[1]: unknown field 'colour'"),
     (lambda d: d["steps"].__setitem__(0, 5), "steps[0]: expected dict, got int"),
     (lambda d: d["steps"][1]["tree"]["target_prob"].append("x"),
-     "steps[1].tree.target_prob[0]: expected float or None, got str"),
+     "steps[1].tree.target_prob[0]: expected float, got str"),
     (lambda d: d["steps"][1]["tree"]["kept"].__setitem__(1, 1), "steps[1].tree.kept[1]: expected bool, got int"),
     (lambda d: d["steps"][1]["tree"]["beam"].append([1, None]), "steps[1].tree.beam[0][1]: expected int, got None"),
     (lambda d: d["steps"][1]["tree"].update(draft_dists={}), "steps[1].tree: unknown field 'draft_dists'"),
     (lambda d: d["steps"][1]["tree"].pop("tokens"), "steps[1].tree: missing field 'tokens'"),
     (lambda d: d["steps"][1]["tree"]["record"].update(n="3"), "steps[1].tree.record.n: expected int, got str"),
     (lambda d: d["steps"][1]["tree"]["record"].update(kind="nope"), "steps[1].tree.record.kind: unknown tree record"),
+    (lambda d: d["steps"][1]["tree"]["record"].pop("kind"), "steps[1].tree.record: missing field 'kind'"),
+    (lambda d: d["steps"][1]["tree"].update(record=[]), "steps[1].tree.record: expected dict, got list"),
+    (lambda d: d["steps"][1]["cumulative"].update(tokens=True), "steps[1].cumulative.tokens: expected number, got bool"),
     (lambda d: d["steps"][1]["tree"]["record"].update(x=1), "steps[1].tree.record: unknown field 'x'"),
     (lambda d: d.update(meta=5), "meta: expected dict, got int"),
     (lambda d: d.update(steps={}), "steps: expected list, got dict"),
@@ -138,20 +139,25 @@ def test_types_are_checked_the_json_way():
     d["steps"][1]["tree"]["logp"] = [0, -1, -2]
     d["steps"][1]["tree"]["target_prob"] = [None, 0.5, 1]
     d["steps"][1]["timings"] = {"draft_s": 0, "verify_s": 1, "commit_s": 0, "total_s": 1}
-    t = Trace.from_json(json.dumps(d)).steps[1]
+    t = TRACES.from_json(json.dumps(d)).steps[1]
     assert t.tree.logp == [0, -1, -2] and t.tree.record == AutoRecord(n=3)
+    assert t.cumulative == TOTALS and type(t.cumulative["tokens"]) is int   # counts stay counts
     preview = dict(d["steps"][1], cumulative={})        # a preview: a step outside the run
-    assert StepTrace.from_dict(preview).cumulative == {}
+    assert TRACES.step(preview).cumulative == {}
     with pytest.raises(UserError, match="steps\\[4\\].tree.depths\\[0\\]: expected int, got float"):
-        StepTrace.from_dict(dict(preview, tree=dict(preview["tree"], depths=[0.0, 1, 2])), "steps[4]")
+        TRACES.step(dict(preview, tree=dict(preview["tree"], depths=[0.0, 1, 2])), "steps[4]")
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_shipped_traces_load(path):
-    tr = Trace.load(path)
+def test_shipped_traces_load_and_write_back_the_same_bytes(path):
+    tr = TRACES.load(path)
     assert tr.steps and all(set(s.timings) >= {"draft_s", "verify_s", "total_s"} for s in tr.steps)
-    for d in tr.meta["viz"]["previews"]:
-        StepTrace.from_dict(d)
+    previews = [TRACES.step(d) for d in tr.meta["viz"]["previews"]]
+    assert previews and [p.to_dict() for p in previews] == tr.meta["viz"]["previews"]
+    text = tr.to_json()
+    assert TRACES.from_json(text) == tr
+    # the recorder writes them compact: the same data, the same bytes
+    assert json.dumps(json.loads(text), separators=(",", ":")) == path.read_text(encoding="utf-8")
 
 
 def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
@@ -171,7 +177,7 @@ def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
     d["meta"].pop("verify_profile_s")
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(d), encoding="utf-8")
-    tr = Trace.load(path)
+    tr = TRACES.load(path)
     assert tr.steps[1].tree.beam and tr.steps[1].tree.draft_calls > 0
     from ui.traces import read_upload
     view = read_upload(path)

@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 
 import viz
-from eagle2.cycle.trace import StepTrace, Trace
-from eagle2.cycle.records import DDDRecord, DySpecRecord, RelaxationRecord
+from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
+from eagle2.policies.auto import AutoRecord
+from eagle2.policies.ddd import DDDRecord
+from eagle2.policies.dyspec import DySpecRecord
+from eagle2.policies.lantern import RelaxationRecord
+from eagle2.policies.registry import TRACES
 from viz.charts import series, speedup_series, wall_at
 from viz.explain import ACCEPT, RERANK, VERIFY, Phase
 from viz.tables import COLUMNS
@@ -343,7 +347,7 @@ def test_shipped_trees_readable_at_phone_width():
     labels overlap at phone width, and the root, accepted path and bonus are labelled."""
     from ui.view import View
     for f in sorted((ROOT / "assets" / "traces").glob("*.json")):
-        tr = Trace.load(f)
+        tr = TRACES.load(f)
         previews = View.from_trace(tr, f.name).previews
         for st in (s for s in tr.steps if s.tree is not None):
             for s in [st] + ([previews[st.cycle]] if st.cycle in previews else []):
@@ -546,7 +550,7 @@ def test_shipped_traces_replay():
     assert 2 <= len(files) <= 3, "ship 2-3 recorded traces in assets/traces"
     for f in files:
         assert f.stat().st_size < 3_000_000, f"{f.name} is too big to ship"
-        tr = Trace.load(f)
+        tr = TRACES.load(f)
         assert 2 <= len(tr.steps) and tr.steps[-1].cumulative["tokens"] <= 64
         last = [s for s in tr.steps if s.tree is not None][-1]
         fig = viz.tree_figure(last)
@@ -573,3 +577,20 @@ def test_policy_specific_explanations_and_lossy_label(steps):
     dd = copy.deepcopy(steps[1])
     dd.tree.record = DDDRecord(threshold=-0.3, checks=[{"level": 2, "beam_mass": -0.9, "stop": True}])
     assert "below the threshold -0.3, so it stops expanding" in viz.explain_text(dd, Phase.expand(1))
+    au = copy.deepcopy(steps[1])
+    au.tree.record = AutoRecord(n=5, levels=2, expected_tokens=2.5)
+    assert "**Hardware-aware budget:**" in viz.explain_text(au, RERANK) and "N = 5" in viz.explain_text(au, RERANK)
+
+
+def test_record_notes_speak_only_where_their_record_has_something_to_say():
+    from viz import record_notes as notes
+    assert "stops expanding" in notes.expand_note(
+        DDDRecord(threshold=-0.3, checks=[{"level": 2, "beam_mass": -0.9, "stop": True}]), 1)
+    assert notes.expand_note(DDDRecord(), 1) == "" and notes.expand_note(None, 1) == ""
+    assert "re-measure" in notes.rerank_note(AutoRecord(n=8, best_n=4)) and "re-measure" not in notes.rerank_note(
+        AutoRecord(n=4))
+    assert notes.rerank_note(DDDRecord()) == notes.accept_note(AutoRecord()) == ""
+    assert notes.expand_text(AutoRecord(), 0, 3, [1], "") is None
+    assert RelaxationRecord(relaxed_tokens=2, tv_max=0.1).departure() == {"rule": "lantern++", "relaxed_tokens": 2,
+                                                                           "max_shift": 0.1}
+    assert AutoRecord().departure() is None

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import viz
-from eagle2.cycle.trace import StepTrace, Trace
+from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
+from eagle2.policies.registry import TRACES
 from viz.charts import forward_speedup, series, truncate
 from viz.whatif import cost_table_from_trace, gpu_model_table, price_run, run_cycles, t_of, whatif_chart
 
@@ -218,7 +219,7 @@ def test_chart_prices_each_speculative_decoder_beside_its_wall_clock():
 def test_shipped_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
     from ui.dashboard import DASH, render
     from ui.view import View
-    v = View.from_trace(Trace.load(ROOT / "assets" / "traces" / name), "replay")
+    v = View.from_trace(TRACES.load(ROOT / "assets" / "traces" / name), "replay")
     out = render(v)
     assert list(out) == list(DASH) and "whatif" in DASH
     here = cost_table_from_trace(v.steps, v.meta, v.series[1:])

@@ -7,9 +7,9 @@ import math
 import time
 from pathlib import Path
 
-from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
 from eagle2.model.weights import ASSETS
+from eagle2.policies.registry import TRACES
 
 from .session import DEFAULTS, Session, Settings
 from .view import VIZ_KEY, View
@@ -57,7 +57,7 @@ def load_view(path) -> View:
     """A shipped trace's View (cached: they are read-only), or any other trace file's."""
     key = str(path)
     if key not in _TRACE_CACHE or not key.startswith(str(TRACES_DIR)):
-        _TRACE_CACHE[key] = View.from_trace(Trace.load(path), Path(path).name)
+        _TRACE_CACHE[key] = View.from_trace(TRACES.load(path), Path(path).name)
     return _TRACE_CACHE[key]
 
 
@@ -107,7 +107,7 @@ def _read_upload(path: Path) -> View:
     except ValueError as e:
         raise UserError(f"it is not valid JSON ({e}).") from None
     check_nesting(data)
-    tr = Trace.from_dict(data)
+    tr = TRACES.from_dict(data)
     for s in tr.steps:
         check_step(s, f"cycle {s.cycle!r}" if isinstance(s.cycle, int) else "a cycle")
     cycles = [s.cycle for s in tr.steps]
@@ -149,7 +149,7 @@ _TREE_NODES_OR_NONE = ("order", "target_prob", "accepted")
 
 def check_step(s, where: str) -> None:
     """Raise a UserError unless the step's sizes and links are what the figures draw from (the
-    fields' types were checked when the trace was read: StepTrace.from_dict)."""
+    fields' types were checked when the trace was read: TRACES)."""
     if len(s.new_texts) != len(s.new_tokens):
         raise UserError(f"the trace is malformed ({where}: new_texts and new_tokens differ in length).")
     t = s.tree
@@ -272,7 +272,7 @@ def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, 
         data = _round_floats(json.loads(tr.to_json()))
         path = out_dir / fname
         path.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
-        Trace.load(path)  # must load back
+        TRACES.load(path)  # must load back
         print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(tr.steps)} cycles, "
               f"tau {sess.main.tau:.2f})", flush=True)
         written.append(path)

@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import viz
-from eagle2.cycle.trace import StepTrace, Trace
+from eagle2.cycle.trace import Trace
 from eagle2.errors import UserError
+from eagle2.policies.registry import TRACES
 from viz.charts import SERIES_KEYS
 from viz.charts import series as make_series
 
@@ -38,7 +39,7 @@ class View:
                 if isinstance(s, dict) and SERIES_KEYS <= set(s):
                     series.append(s)
             for d in extra.get("previews", []):
-                p = StepTrace.from_dict(d)
+                p = TRACES.step(d)
                 previews[p.cycle] = p
         except (TypeError, ValueError, KeyError, AttributeError):
             previews = {}  # optional extras: a trace without them still replays

@@ -1,8 +1,8 @@
 """Figures and tables for eagle2-viz traces: pure functions (no torch, no model code).
 
-    from eagle2.cycle.trace import Trace
+    from eagle2.policies.registry import TRACES
     from viz import tree_figure, cycle_table
-    tr = Trace.load("assets/traces/writing-greedy.json")
+    tr = TRACES.load("assets/traces/writing-greedy.json")
     tree_figure(tr.steps[3]).show()
 """
 from .acceptance_whatif import acceptance_whatif_chart, chain_speedup, chain_tokens, depth_counts

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from . import record_notes
 from .common import esc, fmt_p, show_ws
 from .tree_graph import BONUS, draw_tree, layout, tree_graph
 
@@ -107,7 +108,7 @@ def explain_text(step, key: Phase, greedy: bool = True) -> str:
         new = [i for i in range(1, n) if t.levels[i] == lv]
         best = max(new, key=lambda i: t.values[i]) if new else None
         best_s = f" The most likely one is {_q(G.nodes[best]['text'])} (path value {fmt_p(G.nodes[best]['pv'])})." if best else ""
-        own = rec.expand_text(lv, len(new), sorted({t.depths[i] for i in new}), best_s) if rec else None
+        own = record_notes.expand_text(rec, lv, len(new), sorted({t.depths[i] for i in new}), best_s)
         if own:  # a policy that grows its tree its own way describes the step itself
             return own
         if not beams:  # a static shape
@@ -128,8 +129,7 @@ def explain_text(step, key: Phase, greedy: bool = True) -> str:
                    f"for the next expansion{m}; the rest stay in the pool as candidates.")
         else:
             sel = " This is the last level (the depth limit); the pool is complete."
-        if rec:
-            sel += rec.expand_note(lv)
+        sel += record_notes.expand_note(rec, lv)
         return (f"**Expansion level {lv + 1}.** The head runs once, in parallel, on the {parents} nodes selected "
                 f"at the previous level (each attends to the context and its own ancestors) and gives each its "
                 f"top-k children: {len(new)} new candidates at depth {lv + 1}. A child's value = its parent's "
@@ -137,12 +137,12 @@ def explain_text(step, key: Phase, greedy: bool = True) -> str:
                 f"it.{best_s}{sel}")
     if key.stage is Stage.RERANK:
         dropped = n - 1 - len(kept)
-        auto = rec.rerank_note() if rec else ""
+        own_note = record_notes.rerank_note(rec)
         return (f"**Rerank.** Expansion drafted {n - 1} candidates. EAGLE-2 keeps the {len(kept)} of highest "
                 f"value (ties go to shallower nodes) and makes sure every kept node's ancestors are kept, so the "
                 f"root plus these form the {len(kept) + 1} tokens the target verifies. The {dropped} faded nodes "
                 f"cost draft compute but no target compute. Because values depend on the context, the shape of "
-                f"the kept tree changes from cycle to cycle: a *dynamic* draft tree.{auto}")
+                f"the kept tree changes from cycle to cycle: a *dynamic* draft tree.{own_note}")
     if key.stage is Stage.VERIFY:
         tps = [(t.target_prob[i] or 0.0, i) for i in kept] if t.target_prob else []
         best = max(tps) if tps else None
@@ -167,7 +167,7 @@ def explain_text(step, key: Phase, greedy: bool = True) -> str:
         rule = ("the children of a node are tried in rank order and child x is accepted with the target's "
                 "probability p(x); after a rejection p(x) is set to 0 and p renormalised, which keeps the output "
                 "distribution exactly the target's")
-    lossy = rec.accept_note() if rec else ""
+    lossy = record_notes.accept_note(rec)
     return (f"**Acceptance.** Walking down from the root, {rule}. Accepted here: {len(path)} draft token"
             f"{'s' if len(path) != 1 else ''} ({acc_txt}). The target's own token after the last accepted node "
             f"is the bonus {bonus}, so this cycle emits {len(path) + 1} token{'s' if path else ''} for one target "

@@ -3,18 +3,39 @@ verifies (kept), and, after verification, what the target thought of them.
 
 Columnar lists (one entry per pool node, index 0 = the root) keep it cheap to build in the hot
 loop and trivial to serialise or turn into a table. Torch-free: traces hold trees, and the page
-replays traces without a model.
+replays traces without a model. The types are plain dataclasses; trace.py reads and writes them
+with pydantic, checking every field of a file against its annotation (CHECKED).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Generic, TypeVar
 
-from .records import TreeRecord, record_from_dict
-from .schema import FieldError, checked, type_name
+from pydantic import ConfigDict, Field
+
+# how a trace file's values are checked: JSON's types as annotated (an int stands for a float,
+# nothing else converts) and no name the type does not have
+CHECKED = ConfigDict(strict=True, extra="forbid")
 
 
 @dataclass
-class DraftTree:
+class TreeRecord:
+    """The typed facts one tree policy records about a tree, beside the tree's common columns. Each
+    policy defines its own subclass next to itself, with a first field `kind: Literal["..."]` that
+    tags it in trace files (the policy registry lists every record type a trace may hold)."""
+    __pydantic_config__ = CHECKED
+
+    def departure(self) -> dict | None:
+        """Lossy acceptance only: {"rule", "relaxed_tokens", "max_shift"}; None when exact."""
+        return None
+
+
+R = TypeVar("R")   # the record type a tree carries (a union of every policy's when a trace is read)
+
+
+@dataclass
+class DraftTree(Generic[R]):
+    __pydantic_config__ = CHECKED
     tokens: list[int]
     parents: list[int]          # pool index of the parent; -1 for the root
     depths: list[int]
@@ -29,12 +50,13 @@ class DraftTree:
     accepted: list[bool] = field(default_factory=list)
     # what the policy did (filled by drafting)
     draft_calls: int = 0                            # draft-head calls this cycle, the root's included
-    beam: list[list[int]] = field(default_factory=list)    # EAGLE-2 family: nodes expanded at each level
+    beam: list[list[int]] = field(default_factory=list)    # beam-expanding policies: nodes expanded per level
     beam_mass: list[float] = field(default_factory=list)   # log of the draft mass each beam holds
     sampled_drafts: bool = False                    # siblings were sampled from q (SpecInfer's rule applies)
-    record: TreeRecord | None = None                # the policy's own typed facts (records.py)
-    # runtime only, never serialised: q at each parent of sampled siblings (dense [V] tensors)
-    draft_dists: dict = field(default_factory=dict, repr=False, compare=False, metadata={"runtime": True})
+    record: R | None = None                         # the policy's own typed facts (a TreeRecord)
+    # runtime only, never read from or written to files: q at each parent of sampled siblings (dense [V] tensors)
+    draft_dists: Annotated[dict, Field(exclude=True)] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -59,26 +81,3 @@ class DraftTree:
                 while p >= 0 and not self.kept[p]:
                     self.kept[p] = True
                     p = self.parents[p]
-
-    def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in COLUMNS}
-        d["record"] = self.record.to_dict() if self.record is not None else None
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "tree") -> "DraftTree":
-        """The tree a trace stored, each field checked against its type (a FieldError, a
-        UserError, names the first that is not)."""
-        if not isinstance(d, dict):
-            raise FieldError(f"{where}: expected dict, got {type_name(d)}")
-        old = d.get("extra") or {}  # schema v1 kept these in a free dict
-        if not isinstance(old, dict):
-            raise FieldError(f"{where}.extra: expected dict, got {type_name(old)}")
-        cols = {**{k: old[k] for k in COLUMNS if k in old}, **{k: v for k, v in d.items() if k != "extra"}}
-        cols = checked(cls, cols, where, skip=("record",))
-        cols["record"] = record_from_dict(cols.get("record"), f"{where}.record")
-        return cls(**cols)
-
-
-COLUMNS = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "order", "target_prob",
-           "accepted", "draft_calls", "beam", "beam_mass", "sampled_drafts")

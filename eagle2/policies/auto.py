@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
-from ..cycle.records import AutoRecord
-from ..cycle.tree import DraftTree
+from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from ..model.measurer import request_measurement
 from ..model.timing import CostTable, starting_table
@@ -42,6 +41,16 @@ def best_rate(values: np.ndarray, spent_s: float, t_of, max_n: int = 1 << 30) ->
 
 
 @dataclass
+class AutoRecord(TreeRecord):
+    """The hardware-aware budget's choice this cycle."""
+    kind: Literal["budget"] = "budget"
+    n: int = 1                      # tokens verified, root included
+    levels: int = 0                 # draft calls past the root's children
+    expected_tokens: float = 1.0    # at the best N
+    best_n: int | None = None       # the best N; differs from n when this cycle re-measures another size
+
+
+@dataclass
 class AutoBudgetPolicy(Eagle2Policy):
     """EAGLE-2 whose N (total_tokens is its cap) and, with `adaptive_depth`, depth (`depth` is its
     cap) are chosen each cycle to minimise (d * t_draft + t(N)) / expected accepted tokens.
@@ -56,6 +65,7 @@ class AutoBudgetPolicy(Eagle2Policy):
     adaptive_depth: bool = True
     learn_costs: bool = True    # correct t(N) from the verifications it times (and explore to do so)
     name: ClassVar[str] = "eagle2-auto"
+    record_type: ClassVar[type] = AutoRecord
     uses_costs: ClassVar[bool] = True
 
     def __post_init__(self):

@@ -43,6 +43,8 @@ class TreePolicy:
     total_tokens: int                                      # most tokens verified per cycle (sizes caches)
     # prices its trees with this machine's t(N): a tool measures it first, in the foreground
     uses_costs: ClassVar[bool] = False
+    # the TreeRecord subclass its trees carry (None: the common columns say it all); traces hold it
+    record_type: ClassVar[type | None] = None
 
     # -- construction
     @classmethod

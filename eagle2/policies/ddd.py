@@ -18,15 +18,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 
-from ..cycle.records import DDDRecord
-from ..cycle.tree import DraftTree
+from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import UserError, check
 from .base import Option
 from .eagle2 import Eagle2Policy
+
+
+@dataclass
+class DDDRecord(TreeRecord):
+    """DDD's depth checks: the beam's log mass at each check level."""
+    kind: Literal["depth-checks"] = "depth-checks"
+    threshold: float = -0.3
+    check_levels: list[int] = field(default_factory=list)
+    max_depth: int = 0
+    checks: list[dict] = field(default_factory=list)     # {"level", "beam_mass", "stop"} per check reached
+    stopped_at: int | None = None
 
 
 @dataclass
@@ -38,6 +48,7 @@ class DDDPolicy(Eagle2Policy):
     threshold: float = -0.3
     stats: dict = field(default_factory=lambda: {"cycles": 0, "stops": {}, "draft_calls": 0}, init=False)
     name: ClassVar[str] = "ddd"
+    record_type: ClassVar[type] = DDDRecord
     options: ClassVar[tuple] = (
         Option("--ddd-threshold", "threshold", float,
                "DDD: stop expanding when the beam's log mass is below this at a check level (default -0.3)"),

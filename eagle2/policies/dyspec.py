@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.records import DySpecRecord
-from ..cycle.tree import DraftTree
+from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from .base import Option, TreeBuilder, TreePolicy, check_int
 
@@ -58,6 +57,21 @@ def _draw(r: torch.Tensor, gen: torch.Generator) -> int:
 
 
 @dataclass
+class DySpecRecord(TreeRecord):
+    """How DySpec grew this tree."""
+    kind: Literal["heap-growth"] = "heap-growth"
+    mode: str = "heap"
+    greedy: bool = True
+    temperature: float = 0.0
+    budget: int = 0
+    threshold: float | None = None
+    best_first: bool = False
+    slot_value: list[float | None] = field(default_factory=list)   # log value of the slot each node came from
+    ranks: str = "draft probability"
+    nonfinite_draft_nodes: list[int] = field(default_factory=list)
+
+
+@dataclass
 class DySpecPolicy(TreePolicy):
     total_tokens: int = 60              # budget: tokens the target verifies per cycle, root included
     depth: int = 12                     # max depth of a drafted node (bounds the draft calls)
@@ -66,6 +80,7 @@ class DySpecPolicy(TreePolicy):
     lookahead: int = 1                  # nodes the head runs per draft call in the heap mode
     best_first: bool = False            # greedy only: exact keys, the top-N tree (see module doc)
     name: ClassVar[str] = "dyspec"
+    record_type: ClassVar[type] = DySpecRecord
     options: ClassVar[tuple] = (
         Option("--dyspec-threshold", "threshold", float,
                "DySpec: use the threshold variant with this t (about 1/budget) instead of the max-heap"),
@@ -160,8 +175,8 @@ class _State:
             self.g_of[m], self.slot_of[m], self.call_of[m] = g[j], slots[j], call
             self._set_dist(m, lp[j])
 
-    def _draw_child(self, n: int, slot_logv: float) -> tuple[int, float] | None:
-        """Draw one child of n from its residual; returns (pool index, log q(y)) or None if R is spent."""
+    def _draw_child(self, n: int, slot_logv: float) -> int | None:
+        """Draw one child of n from its residual; returns its pool index, None if R is spent."""
         r = self.R[n]
         if self.nchild[n] >= self.Vd or self.rem[n] <= 0.0:
             return None
@@ -178,7 +193,18 @@ class _State:
                             level=self.call_of[n], kept=True)
         self.nchild[n] += 1
         self.slot_value.append(slot_logv)
-        return idx, lq
+        return idx
+
+    def _take(self, heap, n: int, slot_logv: float, floor: float | None = None) -> int | None:
+        """Draw a child at n's slot, popped with log value slot_logv, and push the slot back for
+        n's next sibling (the threshold variant: only if its key is above `floor`). Returns the
+        child's pool index, None if the slot is spent."""
+        idx = self._draw_child(n, slot_logv)
+        if idx is not None and self._sibling_ok(n):
+            v = self._key(n)
+            if floor is None or v > floor:
+                self._push(heap, v, n)
+        return idx
 
     def _sibling_ok(self, n: int) -> bool:
         k = self.pol.top_k
@@ -220,13 +246,10 @@ class _State:
                     if self._sibling_ok(n):
                         self._push(heap, self._key(n), n)
                     continue
-            got = self._draw_child(n, -negv)
-            if got is None:
+            idx = self._take(heap, n, -negv)
+            if idx is None:
                 continue
-            idx, lq = got
             added += 1
-            if self._sibling_ok(n):
-                self._push(heap, self._key(n), n)
             if t.depths[idx] < self.pol.depth:
                 self._push(heap, t.values[idx], idx)
 
@@ -245,15 +268,10 @@ class _State:
                 negv, _, n = heapq.heappop(heap)
                 if -negv <= logt:
                     break
-                got = self._draw_child(n, -negv)
-                if got is None:
+                idx = self._take(heap, n, -negv, floor=logt)
+                if idx is None:
                     continue
-                idx, lq = got
                 added += 1
-                if self._sibling_ok(n):
-                    v = self._key(n)
-                    if v > logt:
-                        self._push(heap, v, n)
                 if t.values[idx] > logt and t.depths[idx] < self.pol.depth:
                     new.append(idx)
             if new and added < self.budget:

@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.records import TreeRecord
-from ..cycle.tree import DraftTree
+from ..cycle.tree import DraftTree, TreeRecord
 from .base import TreeBuilder, TreePolicy, check_int
 
 

@@ -4,8 +4,8 @@ Drafting is EAGLE-1's static tree. Verification accepts a draft token x against 
 distribution in which the mass of some of x's latent neighbours (its k nearest rows of the
 target's embedding matrix, L2 or cosine) is moved onto x: LANTERN++ moves at most
 (lam - 1) * p(x) (so p~(x) <= lam * p(x)), LANTERN at most delta (total variation <= delta).
-The rules, their per-step bounds and the greedy variant are in verify.relax / relaxed_greedy /
-relaxed_sampling. lam = 1 (or delta = 0) moves nothing and is exact verification.
+The rules, their per-step bounds and the greedy variant are in lantern_rule.py (relax,
+relaxed_greedy, relaxed_sampling). lam = 1 (or delta = 0) moves nothing and is exact verification.
 
 Every verified tree records a RelaxationRecord: the rule and its parameters, and per
 visited position (pool indices) which neighbours' mass was moved onto which token, how much, the
@@ -23,20 +23,19 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 
-from ..cycle import verify as V
 from ..cycle.drafting import HeadRunner
 from ..cycle.layout import VerifyBatch
-from ..cycle.records import RelaxationRecord
 from ..cycle.sampling import SamplingParams
-from ..cycle.tree import DraftTree
+from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import UserError, check
 from ..files import atomic_path
 from ..model.weights import cache_dir
+from .lantern_rule import relaxed_greedy, relaxed_sampling
 from .base import Option
 from .static import StaticPolicy
 
@@ -125,6 +124,25 @@ def neighbours_for(bundle, k: int, metric: str = "cosine") -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------ policy
 @dataclass
+class RelaxationRecord(TreeRecord):
+    """LANTERN / LANTERN++ relaxed acceptance (LOSSY): its rule and, per visited position, which
+    neighbours' mass moved onto which token."""
+    kind: Literal["relaxation"] = "relaxation"
+    rule: str = "lantern++"
+    lam: float | None = None
+    delta: float | None = None
+    k: int = 10
+    metric: str = "cosine"
+    lossy: bool = True
+    positions: list[dict] = field(default_factory=list)
+    relaxed_tokens: int = 0
+    tv_max: float = 0.0
+
+    def departure(self) -> dict:
+        return {"rule": self.rule, "relaxed_tokens": self.relaxed_tokens, "max_shift": self.tv_max}
+
+
+@dataclass
 class LanternPolicy(StaticPolicy):
     """EAGLE-1 static tree + LANTERN++ (lam) or LANTERN (delta) relaxed acceptance. Lossy."""
     lam: float | None = 5.0             # LANTERN++ multiplicative bound (authors' (k, lam) = (10, 5))
@@ -135,6 +153,7 @@ class LanternPolicy(StaticPolicy):
                                                  "tv_sum": 0.0, "tv_max": 0.0, "moved_mass_sum": 0.0}, init=False)
     _nbrs: torch.Tensor | None = field(default=None, init=False, repr=False)
     name: ClassVar[str] = "lantern"
+    record_type: ClassVar[type] = RelaxationRecord
     options: ClassVar[tuple] = (
         Option("--lantern-lambda", "lam", float, "LANTERN++ multiplicative bound lambda >= 1 (default 5; 1 = exact)"),
         Option("--lantern-delta", "delta", float,
@@ -207,9 +226,9 @@ class LanternPolicy(StaticPolicy):
         toks = vb.tokens.tolist()
         log: list = []
         if sp.greedy:
-            path, bonus = V.relaxed_greedy(toks, vb.children, logits, self._nbrs, self.lam, self.delta, log)
+            path, bonus = relaxed_greedy(toks, vb.children, logits, self._nbrs, self.lam, self.delta, log)
         else:
-            path, bonus = V.relaxed_sampling(toks, vb.children, logits, self._nbrs, self.lam, self.delta, sp, gen, log)
+            path, bonus = relaxed_sampling(toks, vb.children, logits, self._nbrs, self.lam, self.delta, sp, gen, log)
         pool = vb.pool_idx
         recs = []
         for e in log:

@@ -1,10 +1,12 @@
-"""The one registry of tree policies: name -> class. The CLI, the benchmark and the page all read it.
+"""The one registry of tree policies: name -> class. The CLI, the benchmark and the page all read it,
+and TRACES, the trace reader that knows every policy's tree record.
 
 Adding a policy is one module in this package (a TreePolicy subclass) plus one line below. "plain"
 (no tree: one target forward per token) is not a policy; PLAIN is the one place that names it.
 """
 from __future__ import annotations
 
+from ..cycle.trace import TraceReader
 from ..devices import is_cuda
 from ..errors import UserError
 from .auto import AutoBudgetNPolicy, AutoBudgetPolicy
@@ -34,6 +36,10 @@ REGISTRY: dict[str, tuple[type[TreePolicy], str]] = {c.name: (c, d) for c, d in 
 DEFAULT = Eagle2Policy.name               # what the page and `generate` run unless told otherwise
 BASELINE = StaticPolicy.name              # the static-tree baseline (EAGLE-1) the page races against
 HARDWARE_AWARE = AutoBudgetPolicy.name    # suggested where a fixed tree costs more than it returns
+
+# every record type a policy's trees carry, each once (a variant shares its parent's)
+RECORD_TYPES = tuple(dict.fromkeys(c.record_type for c, _ in REGISTRY.values() if c.record_type is not None))
+TRACES = TraceReader(RECORD_TYPES)        # reads trace files (and previews) recorded with any of them
 
 
 def is_plain(name) -> bool:
