@@ -16,18 +16,19 @@ from dataclasses import replace
 
 def main(argv=None) -> int:
     from eagle2 import config
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     try:
         env = config.Config.from_env()   # the flags' defaults; a flag given wins
     except ValueError as e:
-        ap.error(str(e))
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default=None, help="default: Gradio's (GRADIO_SERVER_NAME, else 127.0.0.1)")
     ap.add_argument("--port", type=int, default=None,
                     help="default: Gradio's (GRADIO_SERVER_PORT, else the first free port from 7860)")
     ap.add_argument("--target", default=env.target, help="model preset, folder or HF id (EAGLE2_TARGET)")
     ap.add_argument("--head", default=env.head, help="EAGLE head folder/id or 'random' (EAGLE2_HEAD)")
     ap.add_argument("--device", default=env.device, help="cpu or cuda (EAGLE2_DEVICE)")
-    ap.add_argument("--dtype", default=env.dtype, help="(EAGLE2_DTYPE)")
+    ap.add_argument("--dtype", default=env.dtype, help="the weights' dtype (EAGLE2_DTYPE)")
     ap.add_argument("--concurrency", type=int, default=env.concurrency,
                     help="sessions decoding at the same time (each has its own decoders; EAGLE2_CONCURRENCY)")
     ap.add_argument("--recalibrate", action="store_true",

@@ -10,8 +10,8 @@ import weakref
 from collections import OrderedDict
 
 import viz
-from eagle2.decoding.race import Race, RaceSettings
 from eagle2 import config
+from eagle2.decoding.race import Race, RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.devices import device_kind as engine_device_kind
 from eagle2.errors import UserError
@@ -158,7 +158,8 @@ class LivePool:
     more than `idle_s` seconds. Weak references: a session Gradio has dropped is not kept alive.
 
     Why: a class or a public Space opens many sessions, and a closed tab's state stays with Gradio
-    for an hour; without this the server's memory grows by the decoders of every visitor."""
+    for an hour (ui/page.py end_session frees it then); without this the server's memory grows by
+    the decoders of every visitor."""
 
     def __init__(self, cap: int, idle_s: float):
         self.cap, self.idle_s = max(1, cap), idle_s
@@ -189,7 +190,7 @@ class LivePool:
         return self._free([s for s in idle if s is not None], f"after {self.idle_s / 60:.0f} minutes idle")
 
     def forget(self, sess) -> None:
-        """A closed tab: free its session now."""
+        """A session Gradio deleted (its tab closed): free it now."""
         if isinstance(sess, Session):
             self._free([sess], "when its tab was closed")
 
