@@ -10,36 +10,39 @@ module per tab), its figures viz/. This file only reads the options and serves t
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from dataclasses import replace
 
 
 def main(argv=None) -> int:
-    env = os.environ.get
+    from eagle2 import config
+    try:
+        env = config.Config.from_env()   # the flags' defaults; a flag given wins
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default=None, help="default: Gradio's (GRADIO_SERVER_NAME, else 127.0.0.1)")
     ap.add_argument("--port", type=int, default=None,
                     help="default: Gradio's (GRADIO_SERVER_PORT, else the first free port from 7860)")
-    ap.add_argument("--target", default=env("EAGLE2_TARGET"), help="model preset, folder or HF id")
-    ap.add_argument("--head", default=env("EAGLE2_HEAD"), help="EAGLE head folder/id or 'random'")
-    ap.add_argument("--device", default=env("EAGLE2_DEVICE", "cpu"), help="cpu or cuda")
-    ap.add_argument("--dtype", default=env("EAGLE2_DTYPE"))
-    ap.add_argument("--concurrency", type=int, default=int(env("EAGLE2_CONCURRENCY", 2)),
-                    help="sessions decoding at the same time (each has its own decoders)")
+    ap.add_argument("--target", default=env.target, help="model preset, folder or HF id (EAGLE2_TARGET)")
+    ap.add_argument("--head", default=env.head, help="EAGLE head folder/id or 'random' (EAGLE2_HEAD)")
+    ap.add_argument("--device", default=env.device, help="cpu or cuda (EAGLE2_DEVICE)")
+    ap.add_argument("--dtype", default=env.dtype, help="the weights' dtype (EAGLE2_DTYPE)")
+    ap.add_argument("--concurrency", type=int, default=env.concurrency,
+                    help="sessions decoding at the same time (each has its own decoders; EAGLE2_CONCURRENCY)")
     ap.add_argument("--recalibrate", action="store_true",
                     help="re-measure this machine's verification costs t(N) once the model is loaded (the "
                          "hardware-aware budget's starting table; it also corrects itself while it runs)")
-    no_compile = env("EAGLE2_COMPILE", "").strip().lower() in ("0", "no", "false", "off")  # a Space's setting
-    ap.add_argument("--compile", dest="compile", action="store_const", const="auto",
-                    default="no" if no_compile else "auto",
+    ap.add_argument("--compile", dest="compile", action="store_const", const="auto", default=env.compile,
                     help="the compiled forward (CPU float32; default): packages missing on this machine are built "
                          "once by a low-priority background process while the eager forward serves")
     ap.add_argument("--no-compile", dest="compile", action="store_const", const="no",
                     help="the eager forward only (or EAGLE2_COMPILE=0)")
     ap.add_argument("--record-traces", action="store_true", help="re-record assets/traces/*.json and exit")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="with --record-traces")
-    ap.add_argument("--threads", type=int, default=int(env("EAGLE2_THREADS", 0)) or None,
-                    help="torch CPU threads per decode (default, or 0: CPU cores / concurrency)")
+    ap.add_argument("--threads", type=int, default=env.threads,
+                    help="torch CPU threads per decode (default, or 0: CPU cores / concurrency; EAGLE2_THREADS)")
     a = ap.parse_args(argv)
     # Checked before anything is imported or loaded (argparse's "error: ..." line, exit 2).
     if a.threads is not None and a.threads < 0:
@@ -50,15 +53,17 @@ def main(argv=None) -> int:
         ap.error(f"--port must be in [0, 65535] (got {a.port}).")
     if a.max_new_tokens < 1:
         ap.error(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens}).")
+    cfg = config.use(replace(env, target=a.target, head=a.head, device=a.device, dtype=a.dtype,
+                             concurrency=a.concurrency, compile=a.compile, threads=a.threads or None))
 
     from ui.threads import default_threads, set_threads
-    set_threads(a.threads or default_threads(a.concurrency))
+    set_threads(cfg.threads or default_threads(cfg.concurrency))
     if a.record_traces:
         from eagle2.errors import UserError
         from eagle2.model.loading import load_bundle
         from ui.traces import record_traces
         try:
-            record_traces(load_bundle(a.target, a.head, a.device, a.dtype), max_new_tokens=a.max_new_tokens)
+            record_traces(load_bundle(cfg.target, cfg.head, cfg.device, cfg.dtype), max_new_tokens=a.max_new_tokens)
         except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -66,9 +71,9 @@ def main(argv=None) -> int:
     from ui.model import MODEL
     from ui.page import launch
     show_model_log()
-    MODEL.start(a.target, a.head, a.device, a.dtype, recalibrate=a.recalibrate, compile=a.compile)
+    MODEL.start(cfg.target, cfg.head, cfg.device, cfg.dtype, recalibrate=a.recalibrate, compile=cfg.compile)
     try:
-        demo = launch(a.host, a.port, a.concurrency, block=False)
+        demo = launch(a.host, a.port, cfg.concurrency, block=False)
     except OSError as e:
         print(f"error: cannot serve on {a.host or 'the default host'}:{a.port or 'the default port'} ({e}).",
               file=sys.stderr)

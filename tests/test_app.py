@@ -150,6 +150,12 @@ def test_the_model_line_names_the_head_not_a_machine_path(bundle):
     assert str(Path(__file__).resolve().parent.parent) not in info and "assets/heads" not in info
 
 
+def test_a_session_holds_the_engines_race_rather_than_being_one():
+    from eagle2.decoding.race import Race
+    sess = Session()
+    assert not isinstance(sess, Race) and isinstance(sess.race, Race) and not sess.started
+
+
 def test_the_session_layer_imports_no_gradio():
     """Sessions, views, the model holder and the trace recorder work without Gradio (scripts,
     the recorder); only the dashboard, handlers, tabs and page import it."""
@@ -235,9 +241,9 @@ def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
         for i in range(2):
             status, tokens = results[i]["status"], results[i]["tokens"]
             exp = expected[i]
-            assert f"cycle {ticks}" in status and f"{len(exp.main.generated)} tokens" in status
+            assert f"cycle {ticks}" in status and f"{len(exp.race.main.generated)} tokens" in status
             # the token stream: every token's text and cycle (the table is in a closed section: not sent)
-            assert tokens == viz.token_stream_html(exp.main.trace.steps), f"session {i} got another session's text"
+            assert tokens == viz.token_stream_html(exp.race.main.trace.steps), f"session {i} got another session's text"
         assert results[0]["tokens"] != results[1]["tokens"]
         assert sorted(met) == sorted(prompts) and not meet.broken, "the sessions never decoded at once"
     finally:
@@ -307,13 +313,13 @@ def test_the_acceptance_whatif_opens_and_its_slider_redraws_it_alone():
 def test_lockstep_session_is_lossless_and_timed_separately(bundle):
     # room for 4 cycles even when the trained head accepts several tokens per cycle
     sess = solo(bundle, "Write a short story about a lighthouse keeper.", 4, max_new_tokens=40)
-    m, c, p = sess.main, sess.cmp, sess.plain
+    m, c, p = sess.race.main, sess.race.cmp, sess.race.plain
     assert m.finished is None
     n = len(m.generated)
     assert c.generated[:n] == m.generated and p.generated[:n] == m.generated   # greedy: identical text
     assert len(c.generated) >= n and len(p.generated) >= n                      # caught up in lockstep
-    assert set(sess.previews) == {1, 2, 3, 4}                                    # one side-by-side per cycle
-    for cyc, pv in sess.previews.items():
+    assert set(sess.race.previews) == {1, 2, 3, 4}                               # one side-by-side per cycle
+    for cyc, pv in sess.race.previews.items():
         st = m.trace.steps[cyc]
         assert pv.policy == "static" and pv.root == st.root                      # same context
     walls = [d.trace.steps[-1].cumulative["wall_s"] for d in (m, c, p)]
@@ -332,10 +338,10 @@ def test_auto_budget_policy_in_a_session(bundle):
     explained, and the comparison previews drawn with the comparison decoder's own policy."""
     sess = solo(bundle, "Write a haiku about autumn leaves.", 4, policy="eagle2-auto", compare="eagle2",
                 total_tokens=12, depth=4, max_new_tokens=40)
-    m, p = sess.main, sess.plain
+    m, p = sess.race.main, sess.race.plain
     n = len(m.generated)
     assert n > 4 and p.generated[:n] == m.generated
-    assert sess.labels()[0] == "eagle2-auto" and sess.previews[1].policy == "eagle2"
+    assert sess.race.labels()[0] == "eagle2-auto" and sess.race.previews[1].policy == "eagle2"
     steps = [s for s in m.trace.steps if s.tree is not None]
     assert steps and all(1 <= s.tree.record.n <= 12 for s in steps)
     assert all(sum(map(bool, s.tree.kept)) == s.tree.record.n for s in steps)
@@ -349,18 +355,18 @@ def test_auto_budget_policy_in_a_session(bundle):
 
 def test_settings_change_mid_run_applies_from_next_cycle(bundle):
     sess = solo(bundle, "Say hello.", 1)
-    notes = sess.apply(Settings(**dict(SMALL, policy="static", temperature=0.5, seed=3)))
+    notes = sess.race.apply(Settings(**dict(SMALL, policy="static", temperature=0.5, seed=3)))
     assert any("seed" in n for n in notes)
     sess.tick()
-    steps = sess.main.trace.steps
+    steps = sess.race.main.trace.steps
     assert steps[1].policy == "eagle2" and steps[2].policy == "static"
-    assert sess.main.sampling.temperature == 0.5
-    assert sess.labels()[:2] == ("static", "static (compare)")
+    assert sess.race.main.sampling.temperature == 0.5
+    assert sess.race.labels()[:2] == ("static", "static (compare)")
 
 
 def test_user_errors_warn_and_keep_the_session(bundle):
     sess = solo(bundle, "Say hello.", 1)
-    before = len(sess.main.trace.steps)
+    before = len(sess.race.main.trace.steps)
     with pytest.warns(UserWarning, match="prompt is empty"):
         out = live.on_step(sess, "   ", *ui())
     assert list(out) == list(handlers.LIVE) and all(isinstance(o, SKIP) for n, o in out.items() if n != "status")
@@ -372,10 +378,10 @@ def test_user_errors_warn_and_keep_the_session(bundle):
         live.on_step(sess, "Say hello.", *ui(depth=0))
     with pytest.warns(UserWarning, match="Shorten it"):
         live.on_step(sess, "word " * 9000, *ui())              # longer than the model's context
-    assert len(sess.main.trace.steps) == before and sess.prompt == "Say hello."
+    assert len(sess.race.main.trace.steps) == before and sess.prompt == "Say hello."
     out = live.on_step(sess, "Say hello.", *ui())             # still usable
-    assert out["session"] is sess and len(sess.main.trace.steps) == before + 1
-    sess.apply(Settings(**dict(SMALL, max_new_tokens=len(sess.main.generated) + 1)))
+    assert out["session"] is sess and len(sess.race.main.trace.steps) == before + 1
+    sess.race.apply(Settings(**dict(SMALL, max_new_tokens=len(sess.race.main.generated) + 1)))
     while not sess.finished:
         sess.tick()
     with pytest.warns(UserWarning, match="has finished"):
@@ -600,12 +606,12 @@ def test_run_is_a_chain_of_queued_steps_until_stop_or_the_end(bundle):
     handlers.on_stop(sess)                  # Stop: the next tick steps no more and stops the timer
     stopped = live.on_run_tick(sess, "Say hello.", *ui(max_new_tokens=M))
     assert stopped["run_timer"].active is False and isinstance(stopped["status"], SKIP)
-    assert len(sess.main.trace.steps) == 3 and not sess.finished   # prefill + 2 cycles
-    n = len(sess.main.trace.steps)
+    assert len(sess.race.main.trace.steps) == 3 and not sess.finished   # prefill + 2 cycles
+    n = len(sess.race.main.trace.steps)
     outs = [live.on_run(sess, "Say hello.", *ui(max_new_tokens=M))]   # Run again: to the end
     while outs[-1]["run_timer"].active:
         assert len(outs) <= M, "the run never ended"
         outs.append(live.on_run_tick(sess, "Say hello.", *ui(max_new_tokens=M)))
-    assert sess.finished == "max_new_tokens" and len(sess.main.generated) == M and not sess.running
-    assert len(outs) == len(sess.main.trace.steps) - n                   # one update per cycle
+    assert sess.finished == "max_new_tokens" and len(sess.race.main.generated) == M and not sess.running
+    assert len(outs) == len(sess.race.main.trace.steps) - n                   # one update per cycle
     assert "finished" in outs[-1]["status"]

@@ -17,7 +17,7 @@ from ui import classroom, handlers
 from ui.classroom import ALPHABET, CODE_LEN, Classroom, Follower, Presentation, follow_link
 from ui.dashboard import DASH, OPEN
 from ui.model import MODEL
-from ui.page import free_closed_tab, launch
+from ui.page import launch, tab_closed
 from ui.screenshot import free_port
 from ui.session import Session
 from page_controls import STEP_API, ui
@@ -35,10 +35,10 @@ def tiny(tiny_target):
     from eagle2.model.loading import load_bundle
     folder, _ = tiny_target("classroom")
     bundle = load_bundle(target=str(folder), head="random")
-    before = MODEL.bundle
+    before = MODEL.loading
     MODEL.set(bundle)
     yield bundle
-    MODEL.bundle = before
+    MODEL.loading = before
 
 
 def step(sess, prompt="w3 w5 w9"):
@@ -168,7 +168,7 @@ def test_a_presentation_ends_and_its_followers_are_told(tiny):
     """Stop presenting, or the presenter's tab closing: the followers' next poll says so and stops
     their timer; they keep the last cycle; the code no longer follows."""
     for end in ("stop", "close"):
-        pres = live.on_present(None)
+        pres = live.on_present(None, SimpleNamespace(session_hash=f"tab-{end}", headers={}))
         code, sess = pres["follow_code"], pres["session"]
         step(sess)
         f = live.on_follow(None, code, OPEN)["session"]
@@ -176,10 +176,9 @@ def test_a_presentation_ends_and_its_followers_are_told(tiny):
             out = live.on_unpresent(sess)
             assert out["follow_code"] == "" and out["follow_timer"].active is False and sess.presentation is None
         else:
-            state = SimpleNamespace(_id=7)
-            demo = SimpleNamespace(state_holder=SimpleNamespace(
-                session_data={"abc": SimpleNamespace(state_data={7: sess})}))
-            free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))
+            tab_closed(SimpleNamespace(session_hash="tab-other"))   # another tab: it goes on
+            assert live.on_follow_tick(f)["follow_mark"] != f"{code}:ended"
+            tab_closed(SimpleNamespace(session_hash="tab-close"))
         assert live.on_follow_tick(f)["follow_mark"] == f"{code}:ended"
         t = live.on_follow_frame(f, OPEN)
         assert "has ended" in t["status"] and t["follow_timer"].active is False

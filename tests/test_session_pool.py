@@ -3,14 +3,15 @@ sessions hold decoders, or when its tab closes; what the visitor did (the traces
 and a Step says why it cannot go on."""
 from __future__ import annotations
 
-from types import SimpleNamespace
+import math
 
+import gradio as gr
 import pytest
 
 import ui.session as session_mod
 from eagle2.errors import UserError
 from ui.model import MODEL
-from ui.page import free_closed_tab
+from ui.page import build_app, end_session
 from ui.session import LivePool, Session, Settings
 
 SMALL = dict(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, temperature=0.0,
@@ -48,7 +49,7 @@ def test_beyond_the_cap_the_least_recently_used_session_is_freed(real_bundle, po
         b.tick()
     # what the visitor did stays: the view and the export still hold every cycle
     v = b.view()
-    assert len(v.steps) == len(b.main.trace.steps) == 2 and b.export().steps
+    assert len(v.steps) == len(b.race.main.trace.steps) == 2 and b.export().steps
     # a new prompt starts afresh
     b.start(real_bundle, "Name a tree.", Settings(**SMALL))
     b.tick()
@@ -68,16 +69,22 @@ def test_idle_sessions_are_freed_but_not_one_mid_step(real_bundle, pool):
     assert pool.sweep() == 1 and not held(b)
 
 
-def test_a_closed_tab_frees_its_session_at_once(real_bundle, pool):
+def test_a_session_gradio_deletes_is_freed(real_bundle, pool):
+    """The page's session State hands a deleted value (its tab closed an hour ago) to end_session,
+    which frees its decoders; a follower's own race too."""
+    from ui.classroom import Follower
+    state = next(b for b in build_app(preload_trace=False).blocks.values()
+                 if isinstance(b, gr.State) and b.delete_callback is end_session)
+    assert state.time_to_live == math.inf          # an open tab keeps its session
     s = stepped(real_bundle, "What is two plus two?")
-    state = SimpleNamespace(_id=7)
-    tab = SimpleNamespace(state_data={7: s})
-    demo = SimpleNamespace(state_holder=SimpleNamespace(session_data={"abc": tab}))
-    free_closed_tab(demo, state, SimpleNamespace(session_hash="other"))   # another tab: nothing
+    end_session(None)                                    # a tab that never stepped: nothing
     assert held(s)
-    free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))
+    end_session(s)
     assert not held(s) and "closed" in s.released and len(pool) == 0
-    free_closed_tab(demo, state, SimpleNamespace(session_hash="abc"))     # twice: harmless
+    end_session(s)                                       # twice: harmless
+    own = stepped(real_bundle, "Name a river.")
+    end_session(Follower("ABCDEF", own))
+    assert not held(own) and len(pool) == 0
 
 
 def test_a_tick_adds_only_its_own_cycles_to_the_series(real_bundle, pool, monkeypatch):

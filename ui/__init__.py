@@ -1,7 +1,7 @@
 """The Gradio page, in parts.
 
     model.py      the model, loaded once per process in a background thread (MODEL)
-    session.py    a browser session: the engine's lockstep race plus Stop, view and export
+    session.py    a browser session: holds the engine's lockstep race; Stop, view, export, LivePool
     view.py       what a dashboard shows: a live session or a recorded trace
     dashboard.py  the dashboard's components and their rendering, keyed by output name
     handlers.py   the event handlers, one object per tab, returning {component: value}

@@ -62,10 +62,11 @@ class Frame:
 
 
 class Presentation:
-    """A presenter's race as published to its followers."""
+    """A presenter's race as published to its followers. `tab`: the presenter's browser tab (its
+    Gradio session hash), whose closing ends the presentation."""
 
-    def __init__(self, code: str):
-        self.code = code
+    def __init__(self, code: str, tab: str | None = None):
+        self.code, self.tab = code, tab
         self.frame = Frame(0, None, WAITING, None)
         self.ended: str | None = None   # why it ended, once it has
         self._polls: OrderedDict[str, float] = OrderedDict()   # follower id -> last poll (monotonic)
@@ -123,13 +124,13 @@ class Classroom:
         self._lock = threading.Lock()
         self.bind_host: str | None = None   # the address the server listens on (ui/page.py launch)
 
-    def open(self) -> Presentation:
-        """A new presentation under a fresh code."""
+    def open(self, tab: str | None = None) -> Presentation:
+        """A new presentation under a fresh code, given from the browser tab `tab`."""
         with self._lock:
             code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LEN))
             while code in self._by_code:
                 code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LEN))
-            p = self._by_code[code] = Presentation(code)
+            p = self._by_code[code] = Presentation(code, tab)
             while len(self._by_code) > self.cap:
                 _, old = self._by_code.popitem(last=False)
                 old.end("the server made room for newer presentations")
@@ -162,6 +163,15 @@ class Classroom:
     def close(self, p: Presentation | None, why: str) -> None:
         if p is not None:
             p.end(why)
+
+    def tab_closed(self, tab: str | None) -> None:
+        """The browser tab `tab` closed: the presentations given from it end."""
+        if tab is None:
+            return
+        with self._lock:
+            mine = [p for p in self._by_code.values() if p.tab == tab]
+        for p in mine:
+            p.end("the presenter left")
 
 
 CLASSROOM = Classroom()

@@ -73,10 +73,10 @@ def live_status(sess: Session | None) -> str:
 
 def race_status(sess: Session) -> str:
     """Where a started race stands: its cycle, tokens and decoders (what followers see too)."""
-    m = sess.main
+    m, labels = sess.race.main, sess.race.labels()
     done = f" · **finished** ({m.finished})" if m.finished else ""
     return (f"**Live** · cycle {m.cycle - 1} · {len(m.generated)} tokens · "
-            f"{sess.labels()[0]} vs {sess.labels()[1]} vs plain{done}")
+            f"{labels[0]} vs {labels[1]} vs plain{done}")
 
 
 def presenting(sess):
@@ -126,7 +126,7 @@ def do_steps(sess: Session | None, prompt: str, settings: Settings, n: int = 1) 
         else:
             if sess.finished:
                 raise UserError(f"This generation has finished ({sess.finished}). Press Reset or edit the prompt.")
-            notes = sess.apply(settings)
+            notes = sess.race.apply(settings)
         for _ in range(n):
             if sess.finished:
                 break
@@ -304,7 +304,7 @@ class Live(Tab):
         o = self.out
         sess = own_session(sess) or Session()
         if presenting(sess) is None:
-            sess.presentation = CLASSROOM.open()
+            sess.presentation = CLASSROOM.open(getattr(request, "session_hash", None))
             sess.presentation.publish(sess.view() if sess.started else None,
                                       race_status(sess) if sess.started else "", sess.prompt)
         code = sess.presentation.code

@@ -1,9 +1,11 @@
-"""The model: loaded once per process, in a background thread, while the page already serves."""
+"""The model: loaded once per process, in the background, while the page already serves."""
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from concurrent import futures
+from concurrent.futures import Future
 from pathlib import Path
 
 from eagle2.devices import is_cuda
@@ -14,18 +16,31 @@ log = logging.getLogger(__name__)
 MEASURE_AT_LOAD_S = 600.0   # the loader's wait for t(N) (seconds at most, on a quiet machine)
 
 
+def in_background(fn, name: str) -> Future:
+    """fn() in a daemon thread, its result or exception as a Future. Not an executor: its worker
+    is joined when the interpreter exits, so Ctrl-C during a long load would wait for the load."""
+    fut: Future = Future()
+    fut.set_running_or_notify_cancel()
+
+    def run() -> None:
+        try:
+            fut.set_result(fn())
+        except BaseException as e:  # the Future carries it to whoever asks
+            fut.set_exception(e)
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
+
+
 class ModelHolder:
-    """Loads the Bundle once, in the background, and tells the page how it is going."""
+    """Loads the Bundle once, in the background, and tells the page how it is going. `loading`:
+    the load as a Future (its result the Bundle; its exception why it failed), None until started."""
 
     def __init__(self):
-        self.bundle = None
-        self.error: str | None = None
+        self.loading: Future | None = None
         self.warning: str | None = None
         self.stage = "not started"
         self.t0 = None
         self.elapsed = None
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
         self.options: dict = {}
         self.recalibrate = False     # re-measure t(N) once loaded (app.py --recalibrate)
         self.compile = "auto"        # the compiled forward: built in the background unless "no"
@@ -36,50 +51,55 @@ class ModelHolder:
         """Load in the background; `recalibrate` re-measures this machine's t(N) once loaded;
         `compile` "no" keeps the eager forward, else missing compiled packages are built by a
         low-priority background process while the eager forward serves."""
-        if self._thread is not None or self.bundle is not None:
+        if self.loading is not None:
             return
         self.options = dict(target=target, head=head, device=device, dtype=dtype)
         self.recalibrate = recalibrate
         self.compile = compile
         self.t0 = time.time()
         self.stage = "starting"
-        self._thread = threading.Thread(target=self._load, name="eagle2-model-loader", daemon=True)
-        self._thread.start()
+        self.loading = in_background(self._load, "eagle2-model-loader")
 
-    def _load(self) -> None:
+    def _load(self):
+        """The Bundle, loaded, warmed up and timed. The stage says "failed" before the Future
+        does (a caller woken by the failure reads it); a bug's traceback goes to the log."""
         try:
-            self.stage = "importing the engine (torch)"
-            from eagle2.model.loading import load_bundle
-            opts = dict(self.options)
-            self.stage = "loading the target model and the draft head"
-            try:
-                b = load_bundle(**opts)
-            except UserError as e:
-                if not is_cuda(opts.get("device")):
-                    raise
-                self.warning = (f"{e} Running on CPU instead; the controls start at the GPU's defaults, and "
-                                f"{default_policy('cpu')} is the policy that pays on a CPU.")
-                opts["device"], opts["dtype"] = "cpu", None
-                b = load_bundle(**opts)
-            self.stage = "looking for the compiled forward"
-            self._attach_compiled(b, opts)
-            self.stage = "warming up (token table)"
-            b.token_texts([0])
-            # t(N), the auto budget's starting costs: measured now if this machine has no table
-            # (seconds, before any visitor decodes: a quiet measurement), so the first Steps start
-            # from it rather than from an estimate
-            self.stage = "measuring this machine's verification costs t(N)"
-            self._measure_costs(b)
-            self.set(b)
-        except (UserError, OSError) as e:  # missing weights, no network, a full disk: said on the page
-            self.error = str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+            b = self._load_bundle()
+        except (UserError, OSError):  # missing weights, no network, a full disk: said on the page
             self.stage = "failed"
-            self._done.set()
-        except Exception as e:  # a bug: the traceback goes to the log; the page says so, Replay still works
+            raise
+        except Exception:  # a bug: the page says so (error), Replay still works
             log.exception("the model could not be loaded")
-            self.error = f"unexpected {type(e).__name__}: {e} (the server's log has the traceback)"
             self.stage = "failed"
-            self._done.set()
+            raise
+        self.stage = "ready"
+        self.elapsed = time.time() - self.t0
+        return b
+
+    def _load_bundle(self):
+        self.stage = "importing the engine (torch)"
+        from eagle2.model.loading import load_bundle
+        opts = dict(self.options)
+        self.stage = "loading the target model and the draft head"
+        try:
+            b = load_bundle(**opts)
+        except UserError as e:
+            if not is_cuda(opts.get("device")):
+                raise
+            self.warning = (f"{e} Running on CPU instead; the controls start at the GPU's defaults, and "
+                            f"{default_policy('cpu')} is the policy that pays on a CPU.")
+            opts["device"], opts["dtype"] = "cpu", None
+            b = load_bundle(**opts)
+        self.stage = "looking for the compiled forward"
+        self._attach_compiled(b, opts)
+        self.stage = "warming up (token table)"
+        b.token_texts([0])
+        # t(N), the auto budget's starting costs: measured now if this machine has no table
+        # (seconds, before any visitor decodes: a quiet measurement), so the first Steps start
+        # from it rather than from an estimate
+        self.stage = "measuring this machine's verification costs t(N)"
+        self._measure_costs(b)
+        return b
 
     def _measure_costs(self, b) -> None:
         """t(N) now, by the background measurer (the one that measures while the page serves), the
@@ -120,26 +140,49 @@ class ModelHolder:
 
     def set(self, bundle) -> None:
         """Use an already loaded bundle (tests, the trace recorder)."""
-        self.bundle = bundle
+        done: Future = Future()
+        done.set_result(bundle)
+        self.loading = done
         self.stage = "ready"
         self.elapsed = time.time() - self.t0 if self.t0 else 0.0
-        self._done.set()
+
+    @property
+    def bundle(self):
+        """The loaded Bundle (None while loading, or if the load failed)."""
+        f = self.loading
+        return f.result() if f is not None and f.done() and f.exception() is None else None
+
+    @property
+    def error(self) -> str | None:
+        """Why the load failed, in a line for the page and the terminal (None unless it failed)."""
+        f = self.loading
+        e = f.exception() if f is not None and f.done() else None
+        if e is None:
+            return None
+        if isinstance(e, UserError):
+            return str(e)
+        if isinstance(e, OSError):
+            return f"{type(e).__name__}: {e}"
+        return f"unexpected {type(e).__name__}: {e} (the server's log has the traceback)"
 
     @property
     def ready(self) -> bool:
         return self.bundle is not None
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Until the model is loaded or has failed (True), or `timeout` seconds (False)."""
-        return self._done.wait(timeout)
+        """Until the model is loaded or has failed (True), or `timeout` seconds (False); False at
+        once if no load was started."""
+        return self.loading is not None and not futures.wait([self.loading], timeout).not_done
 
     def get(self, timeout: float = 600.0):
-        if self.bundle is None and self._thread is None and self.error is None:
+        if self.loading is None:
             self.start(**self.options) if self.options else self.start()
-        if not self._done.wait(timeout):
-            raise UserError(f"The model is still loading ({self.stage}); try again in a moment.")
-        if self.bundle is None:
-            raise UserError(f"The model could not be loaded: {self.error}")
+        try:
+            self.loading.result(timeout)
+        except futures.TimeoutError:
+            raise UserError(f"The model is still loading ({self.stage}); try again in a moment.") from None
+        except Exception:
+            raise UserError(f"The model could not be loaded: {self.error}") from None
         return self.bundle
 
     def info_md(self) -> str:

@@ -9,8 +9,8 @@ from eagle2.errors import UserError
 from viz.tokens import TOKEN_CSS
 
 from .dashboard import OPEN, render
-from .handlers import REPLAY_SOURCE, Explain, live_status, trace_info
-from .classroom import CLASSROOM
+from .handlers import REPLAY_SOURCE, Explain, live_status, own_session, trace_info
+from .classroom import CLASSROOM, Follower
 from .model import MODEL
 from . import session as live_sessions
 from .tabs.explain import build_explain_tab
@@ -56,7 +56,10 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
             init_info = f"Could not open the default trace: {e}"
 
     with gr.Blocks(title=TITLE) as demo:
-        sess = gr.State(None)
+        # The Live tab's session lives as long as its tab: no time_to_live (a finite one would delete
+        # a presenter's race while the class watches one cycle). Gradio deletes a closed tab's state
+        # an hour later; end_session then frees what it held (LivePool frees idle decoders sooner).
+        sess = gr.State(None, time_to_live=None, delete_callback=end_session)
         rview = gr.State(init_view)
         with gr.Row(elem_id="header"):
             gr.HTML(HEADER)
@@ -74,22 +77,25 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
         timer.tick(model_status, None, [model_md, timer], show_progress="hidden")
         demo.load(on_page_load, None, [model_md, timer], show_progress="hidden")
 
-        def on_close(request: gr.Request) -> None:
-            free_closed_tab(demo, sess, request)
-        demo.unload(on_close)
+        demo.unload(tab_closed)
     return demo
 
 
-def free_closed_tab(demo: gr.Blocks, sess: gr.State, request: gr.Request) -> None:
-    """A tab closed (its heartbeat ended): free its session's decoders now, and end its presentation
-    (its followers are told). Gradio itself keeps a closed tab's state for an hour, in case it
-    reopens; the traces stay with it."""
-    state = getattr(demo, "state_holder", None)
-    tab = state.session_data.get(request.session_hash) if state is not None and request is not None else None
-    if tab is not None:
-        mine = tab.state_data.get(sess._id)
-        CLASSROOM.close(getattr(mine, "presentation", None), "the presenter left")
-        live_sessions.POOL.forget(mine)
+def tab_closed(request: gr.Request) -> None:
+    """A tab closed (its heartbeat ended): the presentations it gives end now (their followers
+    are told); its session itself stays with Gradio for an hour, in case the tab reopens."""
+    CLASSROOM.tab_closed(getattr(request, "session_hash", None))
+
+
+def end_session(value) -> None:
+    """Gradio deleted a tab's session state: its presentation ends, its decoders are freed (a
+    follower stops counting among the followers; the race it had before following is freed)."""
+    if isinstance(value, Follower):
+        CLASSROOM.leave(value)
+    sess = own_session(value)
+    if isinstance(sess, live_sessions.Session):
+        CLASSROOM.close(sess.presentation, "the presenter left")
+        live_sessions.pool().forget(sess)
 
 
 def launch(host: str | None = None, port: int | None = None, concurrency: int = 2, block: bool = True) -> gr.Blocks:

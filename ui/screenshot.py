@@ -19,8 +19,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from eagle2 import config
+
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 README_SHOT = ROOT / "docs" / "screenshot.png"
@@ -84,13 +85,14 @@ def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled
 
 @contextlib.contextmanager
 def chromium():
-    """Debian's Chromium under Playwright."""
-    if not Path(CHROMIUM).exists():
-        raise RuntimeError(f"Chromium not found at {CHROMIUM}: install Debian's chromium (apt-get install "
+    """Debian's Chromium under Playwright (the configuration's CHROMIUM names another)."""
+    path = config.current().chromium
+    if not Path(path).exists():
+        raise RuntimeError(f"Chromium not found at {path}: install Debian's chromium (apt-get install "
                            f"chromium); tests/run.sh does it.")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
         try:
             yield b
         finally:

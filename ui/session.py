@@ -1,15 +1,16 @@
-"""A browser session: the engine's lockstep race (eagle2/decoding/race.py) plus what the page needs
-of it: settings read from the controls, Stop, a View to draw, and an export with every series."""
+"""A browser session: it holds the engine's lockstep race (eagle2/decoding/race.py) and adds what
+the page needs of it: settings read from the controls, Stop, a View to draw, an export with every
+series, and a bound on the memory its decoders hold (LivePool)."""
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 import weakref
 from collections import OrderedDict
 
 import viz
+from eagle2 import config
 from eagle2.decoding.race import Race, RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.devices import device_kind as engine_device_kind
@@ -63,31 +64,49 @@ class Settings(RaceSettings):
         return s
 
 
-class Session(Race):
-    """One browser session: the engine's lockstep race, plus what the page needs of it. Its
-    decoders' KV caches (about 30 MB at the default settings) are freed when it stays idle or when
-    other sessions need the room (LivePool); its traces stay to be browsed, explained and exported."""
+class Session:
+    """One browser session: the engine's lockstep race (`race`), plus what the page needs of it.
+    Its decoders' KV caches (about 30 MB at the default settings) are freed when it stays idle or
+    when other sessions need the room (LivePool); its traces stay to be browsed, explained and
+    exported. `lock` is held through a Step: one at a time per session, and none freed mid-Step."""
 
     def __init__(self):
-        super().__init__()
+        self.race = Race()
+        self.lock = threading.Lock()
         self.running = False          # a Run goes on: its timer's next tick steps (ui/handlers.py on_run_tick)
         self.stop_requested = False   # Stop pressed during a Run: the tick after the cycle in progress says so
         self.presentation = None      # the ui.classroom.Presentation this session's race is published to
         self.released: str | None = None   # why its decoders were freed, once they are
         self._series: dict[int, tuple] = {}   # decoder index -> (decoder, its series, steps in it)
 
+    @property
+    def started(self) -> bool:
+        return self.race.started
+
+    @property
+    def finished(self) -> str | None:
+        return self.race.finished
+
+    @property
+    def prompt(self) -> str | None:
+        return self.race.prompt
+
+    @property
+    def decoders(self):
+        return self.race.decoders
+
     def start(self, bundle, prompt: str, s: RaceSettings) -> None:
-        super().start(bundle, prompt, s)
+        self.race.start(bundle, prompt, s)
         self.released = None
-        POOL.touch(self)
+        pool().touch(self)
 
     def tick(self) -> None:
         if self.released:
             raise UserError(f"This session's decoders were freed {self.released}, to make room for other "
                             "visitors. Its cycles are still here to browse, explain and export; press Reset "
                             "(or edit the prompt) to start again.")
-        POOL.touch(self)
-        super().tick()
+        pool().touch(self)
+        self.race.tick()
 
     def release(self, why: str) -> bool:
         """Free the decoders' KV caches (a step in progress keeps them: False)."""
@@ -108,8 +127,9 @@ class Session(Race):
     def view(self) -> View:
         """What the dashboard shows now. Each decoder's series is extended by the cycles since the
         last view (a tick costs the same at cycle 5 and at cycle 500); the view gets copies."""
+        r = self.race
         series = []
-        for i, (d, label, role) in enumerate(zip(self.decoders, self.labels(), ("main", "compare", PLAIN_ROLE))):
+        for i, (d, label, role) in enumerate(zip(r.decoders, r.labels(), ("main", "compare", PLAIN_ROLE))):
             cached = self._series.get(i)
             if cached is None or cached[0] is not d:   # a new run (Reset, another prompt)
                 cached = self._series[i] = (d, make_series(label, [], role), 0)
@@ -119,17 +139,17 @@ class Session(Race):
             self._series[i] = (d, s, len(steps))
             s["label"] = label                           # a policy changed mid-run renames it
             series.append(Series(**{k: list(v) if isinstance(v, list) else v for k, v in s.items()}))
-        return View(steps=list(self.main.trace.steps), series=series, previews=dict(self.previews),
-                    meta=self.main.trace.meta, source="live", greedy=self.main.sampling.greedy,
-                    lossy={self.labels()[1]: viz.lossy_summary(self.cmp.trace.steps)})
+        return View(steps=list(r.main.trace.steps), series=series, previews=dict(r.previews),
+                    meta=r.main.trace.meta, source="live", greedy=r.main.sampling.greedy,
+                    lossy={r.labels()[1]: viz.lossy_summary(r.cmp.trace.steps)})
 
     def export(self) -> Trace:
         """The main decoder's trace, with the other decoders' series and the previews in meta."""
-        v = self.view()
-        meta = dict(self.main.trace.meta)
-        meta[VIZ_KEY] = {"series": v.series[1:], "previews": [p.to_dict() for p in self.previews.values()],
-                         "compare_policy": self.cmp.policy_name}
-        return Trace(meta=meta, steps=list(self.main.trace.steps))
+        r, v = self.race, self.view()
+        meta = dict(r.main.trace.meta)
+        meta[VIZ_KEY] = {"series": v.series[1:], "previews": [p.to_dict() for p in r.previews.values()],
+                         "compare_policy": r.cmp.policy_name}
+        return Trace(meta=meta, steps=list(r.main.trace.steps))
 
 
 class LivePool:
@@ -138,7 +158,8 @@ class LivePool:
     more than `idle_s` seconds. Weak references: a session Gradio has dropped is not kept alive.
 
     Why: a class or a public Space opens many sessions, and a closed tab's state stays with Gradio
-    for an hour; without this the server's memory grows by the decoders of every visitor."""
+    for an hour (ui/page.py end_session frees it then); without this the server's memory grows by
+    the decoders of every visitor."""
 
     def __init__(self, cap: int, idle_s: float):
         self.cap, self.idle_s = max(1, cap), idle_s
@@ -169,7 +190,7 @@ class LivePool:
         return self._free([s for s in idle if s is not None], f"after {self.idle_s / 60:.0f} minutes idle")
 
     def forget(self, sess) -> None:
-        """A closed tab: free its session now."""
+        """A session Gradio deleted (its tab closed): free it now."""
         if isinstance(sess, Session):
             self._free([sess], "when its tab was closed")
 
@@ -212,6 +233,17 @@ def trim_heap() -> None:
 
 _libc = None
 
-# Sessions holding decoders at once, and the idle time after which a session's are freed
-# (EAGLE2_MAX_SESSIONS, EAGLE2_SESSION_IDLE in seconds): the figures are in benchmarks/classroom/.
-POOL = LivePool(int(os.environ.get("EAGLE2_MAX_SESSIONS", 64)), float(os.environ.get("EAGLE2_SESSION_IDLE", 900)))
+# Sessions holding decoders at once, and the idle time after which a session's are freed (the
+# configuration's max_sessions and session_idle_s: the figures are in benchmarks/classroom/).
+POOL: LivePool | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> LivePool:
+    """The process's LivePool, built from the configuration on first use."""
+    global POOL
+    with _pool_lock:
+        if POOL is None:
+            cfg = config.current()
+            POOL = LivePool(cfg.max_sessions, cfg.session_idle_s)
+        return POOL

@@ -274,6 +274,6 @@ def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, 
         path.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
         TRACES.load(path)  # must load back
         print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(tr.steps)} cycles, "
-              f"tau {sess.main.tau:.2f})", flush=True)
+              f"tau {sess.race.main.tau:.2f})", flush=True)
         written.append(path)
     return written

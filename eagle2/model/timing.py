@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import statistics
 import threading
 import time
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.benchmark import Timer
 
+from .. import config
 from ..devices import is_cuda
 from ..files import locked_update, read_json
 from .activity import DECODING
@@ -131,8 +131,8 @@ def profile_path() -> Path:
     """The file holding every cached t(N) table: $EAGLE2_TIMING_CACHE, else verify_times.json in
     cache_dir() (the tests point it at a temporary file, so the tiny models they time stay out of
     the user's cache)."""
-    env = os.environ.get("EAGLE2_TIMING_CACHE")
-    return Path(env) if env else cache_dir() / "verify_times.json"
+    path = config.current().timing_cache
+    return path if path is not None else cache_dir() / "verify_times.json"
 
 
 def _read_cache() -> dict:

@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import config
 from ..errors import UserError
 from ..files import atomic_path
 
@@ -64,7 +65,7 @@ DEFAULT_PRESET = "smollm2-135m"
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("EAGLE2_CACHE", Path.home() / ".cache" / "eagle2"))
+    d = config.current().cache_dir
     d.mkdir(parents=True, exist_ok=True)
     return d
 

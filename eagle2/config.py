@@ -1,0 +1,83 @@
+"""The configuration: every setting that comes from the environment, in one frozen value.
+
+The app builds one from the environment and its flags (app.py: `Config.from_env()` gives the
+flags' defaults, the parsed flags replace them) and installs it with `use()`; the engine's modules
+read theirs through `current()`. No other module reads the environment.
+
+    EAGLE2_TARGET, EAGLE2_HEAD    the model preset/folder/hub id and the draft head (app.py)
+    EAGLE2_DEVICE, EAGLE2_DTYPE   cpu or cuda; the weights' dtype (app.py)
+    EAGLE2_CONCURRENCY            sessions decoding at the same time (app.py; default 2)
+    EAGLE2_COMPILE                0/no/false/off: the eager forward only (app.py; a Space's setting)
+    EAGLE2_THREADS                torch CPU threads per decode (0 or unset: CPU cores / concurrency)
+    EAGLE2_CACHE                  the cache folder (default ~/.cache/eagle2)
+    EAGLE2_TIMING_CACHE           the t(N) table file (default verify_times.json in the cache folder)
+    EAGLE2_MAX_SESSIONS           sessions holding decoders at once (default 64; benchmarks/classroom/)
+    EAGLE2_SESSION_IDLE           seconds after which an idle session's decoders are freed (default 900)
+    CHROMIUM                      the browser ui/screenshot.py drives (default /usr/bin/chromium)
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NO = ("0", "no", "false", "off")
+
+
+@dataclass(frozen=True)
+class Config:
+    target: str | None = None
+    head: str | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    concurrency: int = 2
+    compile: str = "auto"            # "auto": the compiled forward, built in the background; "no": eager only
+    threads: int | None = None       # None: CPU cores / concurrency (ui/threads.py)
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "eagle2")
+    timing_cache: Path | None = None  # None: cache_dir / verify_times.json
+    max_sessions: int = 64
+    session_idle_s: float = 900.0
+    chromium: str = "/usr/bin/chromium"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Config":
+        """The settings the environment gives (os.environ unless `environ`); a malformed number
+        is a ValueError naming its variable."""
+        env = os.environ if environ is None else environ
+        d = cls()
+
+        def number(name: str, kind, default):
+            raw = env.get(name, "").strip()
+            try:
+                return kind(raw) if raw else default
+            except ValueError:
+                raise ValueError(f"{name} must be a number (got {raw!r}).") from None
+
+        timing = env.get("EAGLE2_TIMING_CACHE")
+        return cls(target=env.get("EAGLE2_TARGET") or None, head=env.get("EAGLE2_HEAD") or None,
+                   device=env.get("EAGLE2_DEVICE") or d.device, dtype=env.get("EAGLE2_DTYPE") or None,
+                   concurrency=number("EAGLE2_CONCURRENCY", int, d.concurrency),
+                   compile="no" if env.get("EAGLE2_COMPILE", "").strip().lower() in NO else d.compile,
+                   threads=number("EAGLE2_THREADS", int, 0) or None,
+                   cache_dir=Path(env.get("EAGLE2_CACHE") or d.cache_dir),
+                   timing_cache=Path(timing) if timing else None,
+                   max_sessions=number("EAGLE2_MAX_SESSIONS", int, d.max_sessions),
+                   session_idle_s=number("EAGLE2_SESSION_IDLE", float, d.session_idle_s),
+                   chromium=env.get("CHROMIUM") or d.chromium)
+
+
+_installed: Config | None = None
+
+
+def use(config: Config) -> Config:
+    """Install the process's configuration (app.py, once, before anything reads it)."""
+    global _installed
+    _installed = config
+    return config
+
+
+def current() -> Config:
+    """The installed configuration; without one (the CLI, scripts, tests), the environment's as it
+    is now, so a variable set in-process (a test's private cache) takes effect."""
+    return _installed if _installed is not None else Config.from_env()
