@@ -26,11 +26,34 @@ elif (_os.cpu_count() or 1) <= 2:
 # real_bundle get the mark at collection) share one session folder that mirrors the user's cache
 # as symlinks, so they read the fetched model and its compiled packages without copying 2 GB, and
 # whatever they write (a table, a package) replaces a link in the mirror, not the user's file.
-# Subprocesses (the app, the CLI) inherit the variables. At the end of the session the user's
-# cache is compared with a snapshot taken at its start: any change fails the run.
+# Outside the tests (collection, module fixtures) EAGLE2_CACHE names a folder of the session's
+# own, set before any test module is imported. Subprocesses (the app, the CLI) inherit the
+# variables. At the end of the session the user's cache is compared with a snapshot taken at its
+# start: any change fails the run.
 # ---------------------------------------------------------------------------------------------
 USER_CACHE = _Path(_os.environ.get("EAGLE2_CACHE", _Path.home() / ".cache" / "eagle2"))  # as the engine resolves it
 _REAL_MODEL_FIXTURES = {"real_model_cache", "real_folder", "real_bundle"}
+_AT_START: dict = {}   # the user's cache and the variables as the session found them
+
+
+def pytest_configure(config):
+    import tempfile
+    _AT_START.update(cache=_snapshot(USER_CACHE),
+                     env={k: _os.environ.get(k) for k in ("EAGLE2_CACHE", "EAGLE2_TIMING_CACHE")})
+    _os.environ["EAGLE2_CACHE"] = _AT_START["session_cache"] = tempfile.mkdtemp(prefix="eagle2-test-cache-")
+    _os.environ.pop("EAGLE2_TIMING_CACHE", None)
+
+
+def pytest_unconfigure(config):
+    import shutil
+    if "session_cache" not in _AT_START:
+        return
+    shutil.rmtree(_AT_START.pop("session_cache"), ignore_errors=True)
+    for k, v in _AT_START["env"].items():
+        if v is None:
+            _os.environ.pop(k, None)
+        else:
+            _os.environ[k] = v
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,15 +74,11 @@ def _snapshot(folder: _Path) -> dict:
 
 
 @_pytest.fixture(scope="session", autouse=True)
-def _user_cache_untouched(tmp_path_factory):
-    """The session's own cache folder in place of the user's, and the check that the user's
-    cache is exactly as the session found it."""
-    before = _snapshot(USER_CACHE)
-    with _pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EAGLE2_CACHE", str(tmp_path_factory.mktemp("eagle2-cache-session")))
-        mp.delenv("EAGLE2_TIMING_CACHE", raising=False)
-        yield
-    after = _snapshot(USER_CACHE)
+def _user_cache_untouched():
+    """Fails the session (an error at the last test's teardown) where the user's cache is not
+    exactly as the session found it."""
+    yield
+    before, after = _AT_START["cache"], _snapshot(USER_CACHE)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     if changed:
         _pytest.fail("the tests wrote into the user's cache: " + ", ".join(
@@ -77,7 +96,7 @@ def real_model_cache(tmp_path_factory):
     key = PRESETS[DEFAULT_PRESET].target.split(":", 1)[1]
     if not (USER_CACHE / "models" / key / "model.safetensors").is_file():
         _pytest.fail(f"the default model is not in {USER_CACHE}: run `python -m eagle2 fetch` first "
-                     f"(tests/run.sh does)", pytrace=False)
+                     f"(tests/run.sh does), or leave these tests out with -m 'not real_model'", pytrace=False)
     mirror = tmp_path_factory.mktemp("eagle2-cache-real") / "eagle2"
     shutil.copytree(USER_CACHE, mirror, symlinks=True, ignore=shutil.ignore_patterns("*.lock"),
                     copy_function=lambda src, dst: _os.symlink(_os.path.abspath(src), dst))
