@@ -19,24 +19,105 @@ elif (_os.cpu_count() or 1) <= 2:
     _torch.set_num_threads(1)
 
 
-# The t(N) cache the tests write (tiny models' tables included) is a temporary copy of the user's
-# (its real-model tables keep the tests from measuring them again), never the user's own file;
-# subprocesses (the app, the CLI) inherit the variable.
-@_pytest.fixture(scope="session", autouse=True)
-def _private_timing_cache(tmp_path_factory):
+# ---------------------------------------------------------------------------------------------
+# The user's cache (~/.cache/eagle2, or $EAGLE2_CACHE) is never written by the tests. Every test
+# gets an empty cache folder of its own (EAGLE2_CACHE; the t(N) tables follow it, as
+# EAGLE2_TIMING_CACHE is unset); the tests marked `real_model` (those using real_folder or
+# real_bundle get the mark at collection) share one session folder that mirrors the user's cache
+# as symlinks, so they read the fetched model and its compiled packages without copying 2 GB, and
+# whatever they write (a table, a package) replaces a link in the mirror, not the user's file.
+# Outside the tests (collection, module fixtures) EAGLE2_CACHE names a folder of the session's
+# own, set before any test module is imported. Subprocesses (the app, the CLI) inherit the
+# variables. At the end of the session the user's cache is compared with a snapshot taken at its
+# start: any change fails the run.
+# ---------------------------------------------------------------------------------------------
+USER_CACHE = _Path(_os.environ.get("EAGLE2_CACHE", _Path.home() / ".cache" / "eagle2"))  # as the engine resolves it
+_REAL_MODEL_FIXTURES = {"real_model_cache", "real_folder", "real_bundle"}
+_AT_START: dict = {}   # the user's cache and the variables as the session found them
+
+
+def pytest_configure(config):
+    import tempfile
+    _AT_START.update(cache=_snapshot(USER_CACHE),
+                     env={k: _os.environ.get(k) for k in ("EAGLE2_CACHE", "EAGLE2_TIMING_CACHE")})
+    _os.environ["EAGLE2_CACHE"] = _AT_START["session_cache"] = tempfile.mkdtemp(prefix="eagle2-test-cache-")
+    _os.environ.pop("EAGLE2_TIMING_CACHE", None)
+
+
+def pytest_unconfigure(config):
     import shutil
-    from eagle2.model.timing import profile_path
-    users = profile_path()
-    ours = tmp_path_factory.mktemp("timing") / "verify_times.json"
-    if users.is_file():
-        shutil.copyfile(users, ours)
-    before = _os.environ.get("EAGLE2_TIMING_CACHE")
-    _os.environ["EAGLE2_TIMING_CACHE"] = str(ours)
-    yield ours
-    if before is None:
-        _os.environ.pop("EAGLE2_TIMING_CACHE", None)
-    else:
-        _os.environ["EAGLE2_TIMING_CACHE"] = before
+    if "session_cache" not in _AT_START:
+        return
+    shutil.rmtree(_AT_START.pop("session_cache"), ignore_errors=True)
+    for k, v in _AT_START["env"].items():
+        if v is None:
+            _os.environ.pop(k, None)
+        else:
+            _os.environ[k] = v
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(_pytest.mark.real_model)
+
+
+def _snapshot(folder: _Path) -> dict:
+    """(kind, size, mtime) of `folder` and of everything under it, links not followed."""
+    found = {}
+    if not folder.exists():
+        return found
+    for path in [folder, *folder.rglob("*")]:
+        st = path.lstat()
+        found[str(path.relative_to(folder))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return found
+
+
+@_pytest.fixture(scope="session", autouse=True)
+def _user_cache_untouched():
+    """Fails the session (an error at the last test's teardown) where the user's cache is not
+    exactly as the session found it."""
+    yield
+    before, after = _AT_START["cache"], _snapshot(USER_CACHE)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        _pytest.fail("the tests wrote into the user's cache: " + ", ".join(
+            f"{USER_CACHE / k} ({'added' if k not in before else 'removed' if k not in after else 'changed'})"
+            for k in changed), pytrace=False)
+
+
+@_pytest.fixture(scope="session")
+def real_model_cache(tmp_path_factory):
+    """A cache folder holding the user's fetched default model: the user's cache as a tree of real
+    folders and symlinked files (lock files left out). The engine writes by renaming a finished
+    file over its target, which replaces a link here and leaves the user's file alone."""
+    import shutil
+    from eagle2.model.weights import DEFAULT_PRESET, PRESETS
+    key = PRESETS[DEFAULT_PRESET].target.split(":", 1)[1]
+    if not (USER_CACHE / "models" / key / "model.safetensors").is_file():
+        _pytest.fail(f"the default model is not in {USER_CACHE}: run `python -m eagle2 fetch` first "
+                     f"(tests/run.sh does), or leave these tests out with -m 'not real_model'", pytrace=False)
+    mirror = tmp_path_factory.mktemp("eagle2-cache-real") / "eagle2"
+    shutil.copytree(USER_CACHE, mirror, symlinks=True, ignore=shutil.ignore_patterns("*.lock"),
+                    copy_function=lambda src, dst: _os.symlink(_os.path.abspath(src), dst))
+    return mirror
+
+
+@_pytest.fixture(autouse=True)
+def _own_cache(request, monkeypatch, tmp_path_factory):
+    """This test's EAGLE2_CACHE: a new empty folder, or for a `real_model` test the session's
+    mirror of the user's cache (the real model's t(N) tables are then measured once a session).
+    A test not marked `real_model` that fetched the default model into its empty folder (half a
+    minute, and the network) fails: it reads the real model without saying so."""
+    real = request.node.get_closest_marker("real_model") is not None
+    cache = request.getfixturevalue("real_model_cache") if real else tmp_path_factory.mktemp("eagle2-cache")
+    monkeypatch.setenv("EAGLE2_CACHE", str(cache))
+    monkeypatch.delenv("EAGLE2_TIMING_CACHE", raising=False)
+    yield cache
+    fetched = [d for d in ("wheels", "gguf", "models") if (cache / d).exists()]
+    if fetched and not real:
+        _pytest.fail(f"{request.node.nodeid} fetched the default model ({', '.join(fetched)} in its "
+                     f"cache {cache}): mark it real_model", pytrace=False)
 
 
 def write_word_tokenizer(folder, vocab_size: int) -> None:
@@ -103,17 +184,21 @@ def tiny_target(tmp_path_factory):
 
 
 @_pytest.fixture(scope="session")
-def real_folder():
-    """The converted default model folder (fetched and converted once if needed)."""
+def real_folder(real_model_cache):
+    """The converted default model folder, in the mirror of the user's cache."""
     from eagle2.model.weights import resolve_target
-    return resolve_target("smollm2-135m")
+    with _pytest.MonkeyPatch.context() as mp:  # session fixtures are set up before _own_cache
+        mp.setenv("EAGLE2_CACHE", str(real_model_cache))
+        return resolve_target("smollm2-135m")
 
 
 @_pytest.fixture(scope="session")
-def real_bundle(real_folder):
+def real_bundle(real_model_cache, real_folder):
     """The default bundle (target + whatever head the preset ships), loaded once per session."""
     from eagle2.model.loading import load_bundle
-    return load_bundle()
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EAGLE2_CACHE", str(real_model_cache))
+        return load_bundle()
 
 
 @_pytest.fixture(scope="module")

@@ -192,6 +192,7 @@ def test_handlers_key_their_outputs_by_the_tabs_components():
     assert list(drawn) == ex.outputs and drawn[ex.outputs[handlers.EXPLAIN.index("text")]].startswith("Press Step")
 
 
+@pytest.mark.slow  # two sessions decoding the real model at once
 def test_two_sessions_step_at_once_through_the_queue(bundle, monkeypatch):
     """Two browser sessions (two clients) step different prompts through the real queue, which
     runs them at the same time (checked server side, by a meeting point, not by timings); each
@@ -591,6 +592,7 @@ def test_a_bug_while_loading_the_model_is_logged_and_shown(monkeypatch, caplog):
     assert rec.exc_info and rec.exc_info[0] is AttributeError     # logged with its traceback
 
 
+@pytest.mark.slow  # a Run of real-model Steps
 def test_run_is_a_chain_of_queued_steps_until_stop_or_the_end(bundle):
     """Run steps once and starts its timer; each tick is one more Step (its own queued event, so
     other visitors' Steps take turns with it), the race's own prompt going on whatever the prompt

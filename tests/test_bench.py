@@ -15,6 +15,7 @@ def write_prompts(path, rows):
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_bench_writes_summary_csv_and_report(tmp_path):
     prompts = tmp_path / "p.jsonl"
     write_prompts(prompts, [
@@ -61,6 +62,7 @@ def test_bench_rejects_a_malformed_prompt_file(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_bench_auto_budget_rows(tmp_path, capsys):
     """The auto budget: eagle2-auto chooses N and depth per cycle, eagle2-auto-n only N; both lossless."""
     prompts = tmp_path / "p.jsonl"

@@ -12,7 +12,7 @@ import pytest
 from eagle2.decoding.race import RaceSettings
 from ui.screenshot import chromium, open_page, serve_app, step, wait_model_ready, wait_status
 
-pytestmark = pytest.mark.slow  # a real server and browser
+pytestmark = [pytest.mark.slow, pytest.mark.real_model]  # a real server and browser on the default model
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -20,12 +20,15 @@ VIEWPORT = {"width": 1600, "height": 1000}
 
 
 @pytest.fixture(scope="module")
-def server():
-    try:
-        with serve_app(ARTIFACTS / "app-server.log") as url:
-            yield url
-    except RuntimeError as e:   # app.py exited or never answered
-        pytest.fail(str(e))
+def server(real_model_cache):
+    # a module's fixture starts before each test's cache is set: the server reads the mirror
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EAGLE2_CACHE", str(real_model_cache))
+        try:
+            with serve_app(ARTIFACTS / "app-server.log") as url:
+                yield url
+        except RuntimeError as e:   # app.py exited or never answered
+            pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -222,6 +222,7 @@ def test_subprocess_training_entry_point(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_subprocess_json_default_model():
     """The default preset end to end (its default head), small output."""
     r = run_cli("generate", "--prompt", "Name three colours.", "--max-new-tokens", "8", "--json")

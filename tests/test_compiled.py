@@ -470,6 +470,7 @@ def eagle3_tiny(tiny_target, tmp_path_factory):
     b.target.compiled = b.head.compiled = None
 
 
+@pytest.mark.slow  # its fixture compiles the tiny EAGLE-3 packages (a minute)
 def test_eagle3_head_function_equals_the_eager_head(eagle3_tiny):
     """Head3Forward run eagerly (what is exported) against Eagle3Head.forward_cached +
     draft_logprobs, for fused target states (fc outside the function) and fed-back outputs."""

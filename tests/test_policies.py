@@ -43,14 +43,9 @@ def tiny(tiny_target):
 
 
 @pytest.fixture(scope="module")
-def real(request):
-    """The default bundle (conftest's session-wide `real_bundle` when it exists, else loaded once
-    for this module) and plain greedy references, memoised."""
-    try:
-        b = request.getfixturevalue("real_bundle")
-    except pytest.FixtureLookupError:
-        from eagle2.model.loading import load_bundle
-        b = load_bundle()
+def real(real_bundle):
+    """The default bundle (conftest's session-wide `real_bundle`) and plain greedy references, memoised."""
+    b = real_bundle
     refs = {}
 
     def plain(prompt: str) -> list[int]:
@@ -183,6 +178,7 @@ LOSSLESS = [
 ]
 
 
+@pytest.mark.slow  # 1000-2000 sampled decodes per case (10-20 s each)
 @pytest.mark.parametrize("case,policy,kw,sp,draft_vocab,n", LOSSLESS, ids=[c[0] for c in LOSSLESS])
 def test_sampling_lossless_tiny(tiny, case, policy, kw, sp, draft_vocab, n):
     b, hf = tiny

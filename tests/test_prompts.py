@@ -3,6 +3,8 @@ file exactly what its generator writes, and bench --limit spreading over categor
 import json
 from pathlib import Path
 
+import pytest
+
 from eagle2.tools.bench import spread_over_categories
 from scripts.prompt_templates import CATEGORIES as CATEGORY_LIST
 from scripts.prompt_templates import main as templates_main
@@ -45,6 +47,7 @@ def test_bench_limit_spreads_over_categories():
     assert spread_over_categories(held, 3) == picked[:3]
 
 
+@pytest.mark.real_model  # the train CLI resolves the default target (fetching it if missing) before it reads the prompts
 def test_train_cli_rejects_prompt_files_sharing_ids(tmp_path, capsys):
     from eagle2_train.cli import main as cli_main
     f = P / "train.jsonl"

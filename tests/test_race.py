@@ -36,6 +36,7 @@ def test_the_race_imports_no_gradio():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+@pytest.mark.slow  # the real model's decodes (several seconds each)
 def test_greedy_lockstep_gives_identical_tokens(real_bundle):
     r = race(real_bundle, "Write a short story about a lighthouse keeper.", 3, max_new_tokens=20)
     m, c, p = r.decoders
@@ -55,6 +56,7 @@ def test_greedy_lockstep_gives_identical_tokens(real_bundle):
     assert [len(d.trace.steps) for d in r.decoders] == lengths
 
 
+@pytest.mark.slow  # the real model's decodes (several seconds each)
 def test_previews_are_numbered_like_the_main_cycle_they_share(real_bundle):
     r = race(real_bundle, "Name three rivers in Europe.", 4)
     steps = drafted(r)
@@ -71,6 +73,7 @@ def test_previews_are_numbered_like_the_main_cycle_they_share(real_bundle):
     assert r.main.generated[:len(off.main.generated)] == off.main.generated
 
 
+@pytest.mark.slow  # the real model's decodes (several seconds each)
 def test_settings_applied_mid_run_take_effect_next_cycle(real_bundle):
     r = race(real_bundle, "Say hello.", 1)
     kept_policy = r.main.policy
@@ -100,6 +103,7 @@ def test_settings_applied_mid_run_take_effect_next_cycle(real_bundle):
     assert r.finished == "max_new_tokens" and len(r.main.generated) == have + 1
 
 
+@pytest.mark.slow  # the real model's decodes (several seconds each)
 def test_each_decoder_is_timed_on_its_own(real_bundle):
     t0 = time.perf_counter()
     r = race(real_bundle, "Write a haiku about autumn leaves.", 3)
@@ -121,6 +125,7 @@ def test_each_decoder_is_timed_on_its_own(real_bundle):
     assert m.target_forwards == m.cycle and r.plain.target_forwards == len(r.plain.generated)
 
 
+@pytest.mark.slow  # the real model's decodes (several seconds each)
 def test_a_preview_teaches_the_comparison_policy_nothing(real_bundle):
     """The side-by-side preview drafts with a fork of the comparison's policy: the policies that
     keep statistics (the auto budget, DDD) count exactly their own decoder's cycles, with or

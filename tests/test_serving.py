@@ -71,7 +71,7 @@ def tiny_compiled(request, tiny_target, tmp_path_factory):
 def server(tiny_compiled, tmp_path):
     folder, head, cache = tiny_compiled
     app = App(tmp_path, "--target", str(folder), "--head", head, "--threads", "1", "--concurrency", "4",
-              env={"EAGLE2_CACHE": str(cache)})
+              env={"EAGLE2_CACHE": str(cache)}, compiled=True)
     try:
         out = app.wait_for("ready at", 0, timeout=180)
         ready = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
@@ -189,7 +189,7 @@ def test_steps_take_turns_with_two_runs(tiny_compiled, tmp_path):
     of events is."""
     folder, head, cache = tiny_compiled
     app = App(tmp_path, "--target", str(folder), "--head", head, "--threads", "1", "--concurrency", "2",
-              env={"EAGLE2_CACHE": str(cache)})
+              env={"EAGLE2_CACHE": str(cache)}, compiled=True)
     long = dict(SETTINGS, max_new_tokens=160)
     try:
         app.wait_for("ready at", 0, timeout=180)

@@ -14,6 +14,8 @@ from ui.model import MODEL
 from ui.page import build_app, end_session
 from ui.session import LivePool, Session, Settings
 
+pytestmark = pytest.mark.slow  # sessions stepping the real model (3-16 s each)
+
 SMALL = dict(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, temperature=0.0,
              top_p=1.0, seed=0, max_new_tokens=8, side_by_side=True)
 

@@ -10,6 +10,8 @@ from eagle2.model.loading import load_target
 from eagle2_train.train import main as train_main
 from eagle2.model.weights import resolve_target
 
+pytestmark = pytest.mark.real_model  # the training CLI's default target
+
 
 @pytest.mark.slow
 def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
@@ -72,6 +74,7 @@ def test_init_must_be_a_head_folder(tmp_path):
         train_main(["--out", str(tmp_path), "--ttt-steps", "0"])
 
 
+@pytest.mark.slow  # the real model answers in two dtypes
 def test_the_data_stage_answers_in_the_chosen_dtype(tmp_path):
     """--gen-dtype sets the target's dtype for the answers only (recorded with the rate); the
     feature and train stages load the fp32 target again. An unknown stage is refused."""

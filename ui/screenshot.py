@@ -52,10 +52,12 @@ def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled
     """`python app.py` on a free localhost port, its output in `log_path`; yields the page's URL
     once it answers, and stops the server (its whole process group) on exit. `compiled`: build
     the compiled forward first (`python -m eagle2 compile`, minutes once per machine) and serve
-    with it; otherwise --no-compile (tests: no background compile competing for the CPU)."""
+    with it; otherwise --no-compile and EAGLE2_COMPILE=0, which whatever the app starts inherits
+    (tests: no background compile competing for the CPU)."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1",
+               EAGLE2_COMPILE="1" if compiled else "0")
     with open(log_path, "w") as log:
         if compiled:
             subprocess.run([sys.executable, "-m", "eagle2", "compile", "--threads", str(threads)], cwd=ROOT, env=env,
