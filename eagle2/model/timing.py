@@ -129,7 +129,7 @@ def _cache_key(bundle, full: bool | None = None) -> str:
 
 def profile_path() -> Path:
     """The file holding every cached t(N) table: $EAGLE2_TIMING_CACHE, else verify_times.json in
-    cache_dir() (the tests point it at a temporary file, so the tiny models they time stay out of
+    cache_dir() (each test has a cache folder of its own, so the tiny models they time stay out of
     the user's cache)."""
     path = config.current().timing_cache
     return path if path is not None else cache_dir() / "verify_times.json"
