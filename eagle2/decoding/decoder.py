@@ -296,7 +296,7 @@ class Decoder:
                         "wall_s": self.wall, "draft_calls": s.draft_calls},
             tree=None if c is None else c.tree, accepted_path=[] if c is None else c.accepted_pool,
             root=None if c is None else c.tree.tokens[0], finished=finished,
-            text_delta=self.text_stream.push(out))
+            text_delta=self.text_stream.push(out) + (self.text_stream.finish() if finished else ""))
         if self.record:
             self.recorder.record(st, c, self.sampling)
         return st
