@@ -70,8 +70,10 @@ class RaceSettings:
         none is handed on twice)."""
         if is_plain(name):
             return None
-        kept = self._built.get(name)
-        return kept.pop() if kept else self._make(name)
+        try:
+            return self._built.get(name, []).pop()   # one atomic pop: two threads never get the same one
+        except IndexError:
+            return self._make(name)
 
     def _make(self, name: str) -> TreePolicy:
         p = make_policy(name, **self.tree)
