@@ -206,14 +206,16 @@ def test_draft_logprobs_match_the_reference(bundles, target, variant):
         seq = prompt + dec.generated  # x_0 .. x_n, x_n = the root
         hid, toks = ref_fc_inputs(hf, st, capture, seq[:-1]), torch.tensor(seq[1:])
         ref_h, ref_logq = ref_layer(st, cfg, emb_w, hid, toks)
-        assert (dec.root_g - ref_h[-1]).abs().max().item() < 1e-4
-        assert (b.head.draft_logprobs(dec.root_g) - ref_logq[-1]).abs().max().item() < 1e-4
+        root_g = dec.state.reading.g
+        assert (root_g - ref_h[-1]).abs().max().item() < 1e-4
+        assert (b.head.draft_logprobs(root_g) - ref_logq[-1]).abs().max().item() < 1e-4
         return hid, toks, ref_h, ref_logq
 
     hid, toks, ref_h, ref_logq = check_absorbed()
     # deeper draft steps read the head's own output (before norm) in place of fc(fused states)
-    runner = HeadRunner(b.head, dec.hcache, dec.root_g, base_pos=dec.hcache.length - 1)
-    g, slots = dec.root_g[None], [-1]
+    s = dec.state
+    runner = HeadRunner(b.head, s.hcache, s.reading.g, base_pos=s.hcache.length - 1)
+    g, slots = s.reading.g[None], [-1]
     for depth in (1, 2):
         y = int(runner.topk(ref_logq[-1], 1)[1][0])  # the head's best child, as a target id
         g, logq, slots = runner.run([y], g, slots, [depth])

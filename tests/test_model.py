@@ -192,13 +192,13 @@ class OraclePolicy(TreePolicy):
 
 def assert_cache_matches_prefill(bundle, dec):
     seq = dec.prompt_ids + dec.generated
-    L = dec.cache.length
+    L = dec.state.cache.length
     assert L == len(seq) - 1  # everything but the newest root is committed
     model = bundle.target
     fresh = model.new_cache(L + 4)
     model.forward_cached(fresh, torch.tensor(seq[:L]), torch.arange(L))
     for name in ("k", "v"):
-        got = getattr(dec.cache, name)[:, :, :, :L]
+        got = getattr(dec.state.cache, name)[:, :, :, :L]
         want = getattr(fresh, name)[:, :, :, :L]
         diff = (got - want).abs().max().item()
         assert diff < ATOL, f"committed {name} differs from a fresh prefill by {diff:.2e}"

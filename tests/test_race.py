@@ -139,3 +139,147 @@ def test_a_preview_teaches_the_comparison_policy_nothing(real_bundle):
         assert c.policy.stats["cycles"] == c.cycle - 1 == sum(c.policy.stats["n"].values())
         if side:  # the fork read what the budget had learnt (its costs), and kept its own counts
             assert all(pv.tree.record is not None for pv in r.previews.values())
+
+
+# ------------------------------------------------------------------ a Step on a tiny model
+# (conftest's random Llama with a random head and a word-level tokenizer: "w1 w2 ..." prompts)
+
+TINY = RaceSettings(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, max_new_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle(tiny_target):
+    from eagle2.model.loading import load_bundle
+    folder, _ = tiny_target("race", vocab=64, lm_std=0.4)
+    return load_bundle(target=str(folder), head="random")
+
+
+class Clock:
+    """A fake clock for one decoder: every reading is one second later than the last, so a step's
+    timings count the clock readings inside it and nothing that ran between steps."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_preview_changes_nothing_of_the_next_step(tiny_bundle, temperature):
+    """Two decoders on one prompt, one previewing another policy before each step (with and without
+    absorbing first, as Race.tick does): the same tokens, trees, counts and step timings."""
+    from eagle2.cycle.sampling import SamplingParams
+    from eagle2.decoding.decoder import Decoder
+    runs = []
+    for mode in ("none", "preview", "absorb+preview"):
+        d = Decoder(tiny_bundle, "eagle2", SamplingParams(temperature=temperature, seed=3), max_new_tokens=24,
+                    total_tokens=8, depth=3, top_k=4)
+        d._now = Clock()
+        d.start(input_ids=[5, 9, 14, 3, 27])
+        while d.finished is None:
+            if mode != "none":
+                if mode == "absorb+preview":
+                    d.absorb()
+                before = d.state
+                d.preview("static")
+                d.preview(d.policy)
+                assert d.state is before
+            d.step()
+        runs.append(d)
+    ref = runs[0]
+    for d in runs[1:]:
+        assert d.generated == ref.generated and d.target_forwards == ref.target_forwards
+        assert d.draft_calls == ref.draft_calls and d.split == ref.split
+        for a, b in zip(d.trace.steps, ref.trace.steps):
+            assert a.timings == b.timings
+            assert (a.tree is None) == (b.tree is None) and (a.tree is None or a.tree.tokens == b.tree.tokens)
+
+
+class WriteWatch:
+    """Python's audit events for every file opened for writing (os.open included), renamed,
+    removed or made, while watching. A hook stays for the life of the process: it is added once
+    and records nothing unless a test watches."""
+    EVENTS = ("os.rename", "os.remove", "os.mkdir", "os.truncate", "shutil.copyfile", "shutil.move")
+    seen: list | None = None
+    hooked = False
+
+    @classmethod
+    def hook(cls, event, args):
+        seen = cls.seen
+        if seen is None:
+            return
+        if event == "open":
+            path, mode, flags = args
+            if any(c in mode for c in "wax+") if mode is not None else flags & cls.write_flags:
+                seen.append((event, path, mode))
+        elif event in cls.EVENTS:
+            seen.append((event, args[0]))
+
+    def __enter__(self) -> list:
+        import os
+        import sys
+        cls = type(self)
+        cls.write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        if not cls.hooked:
+            sys.addaudithook(cls.hook)
+            cls.hooked = True
+        cls.seen = []
+        return cls.seen
+
+    def __exit__(self, *exc):
+        type(self).seen = None
+
+
+def test_a_step_writes_no_file(tiny_bundle, tmp_path, monkeypatch):
+    """Start, Steps with side-by-side previews, settings applied mid-run: nothing opens a file for
+    writing, renames, removes or makes one."""
+    monkeypatch.setenv("EAGLE2_CACHE", str(tmp_path / "cache"))
+    with WriteWatch() as writes:
+        r = Race()
+        r.start(tiny_bundle, "w5 w9 w14 w3", TINY.with_())
+        for _ in range(3):
+            r.tick()
+        r.apply(TINY.with_(depth=2, temperature=0.5).validate())
+        for _ in range(3):
+            r.tick()
+        in_step = list(writes)
+        (tmp_path / "control.txt").write_text("x")    # the watch sees a write
+    assert len(r.previews) == 6 and len(r.main.trace.steps) >= 7
+    assert in_step == [], in_step
+    assert [w[1] for w in writes] == [str(tmp_path / "control.txt")]
+
+
+def test_a_step_builds_each_policy_once(tiny_bundle, monkeypatch):
+    """The page checks its settings (validate) and applies them (apply) at every Step: a policy
+    whose parameters changed is built once, then run; one that did not is not built at all."""
+    import dataclasses
+    from eagle2.policies.eagle2 import Eagle2Policy
+    from eagle2.policies.static import StaticPolicy
+    built = []
+    for cls in (Eagle2Policy, StaticPolicy):
+        init = cls.__init__
+        monkeypatch.setattr(cls, "__init__", lambda self, *a, _i=init, **kw: built.append(self) or _i(self, *a, **kw))
+    r = Race()
+    s = TINY.with_().validate()
+    r.start(tiny_bundle, "w5 w9 w14 w3", s)
+    assert [type(p) for p in built] == [Eagle2Policy, StaticPolicy]
+    assert r.main.policy is built[0] and r.cmp.policy is built[1]    # the very policies validate() checked
+    r.tick()                                                         # a preview forks, it builds nothing
+    assert len(built) == 2
+    s2 = dataclasses.replace(s, compare="eagle2", temperature=0.5).validate()   # the comparison changed
+    r.apply(s2)
+    r.tick()
+    assert len(built) == 3 and r.main.policy is built[0] and r.cmp.policy is built[2]
+    s3 = dataclasses.replace(s2, depth=2).validate()                 # the tree changed: both policies
+    r.apply(s3)
+    r.tick()
+    assert len(built) == 5 and {id(r.main.policy), id(r.cmp.policy)} == set(map(id, built[3:]))
+    for _ in range(2):                                               # Steps with the same settings
+        r.apply(dataclasses.replace(s3).validate())
+        r.tick()
+    assert len(built) == 5
+    r2 = Race()                                                      # settings used again: fresh policies
+    r2.start(tiny_bundle, "w5 w9", s3)
+    assert len(built) == 7 and r2.main.policy is not r.main.policy

@@ -37,7 +37,7 @@ def stepped(bundle, prompt: str, ticks: int = 1) -> Session:
 
 
 def held(s: Session) -> bool:
-    return all(d.cache is not None and d.hcache is not None for d in s.decoders)
+    return all(d.state.cache is not None and d.state.hcache is not None for d in s.decoders)
 
 
 def test_beyond_the_cap_the_least_recently_used_session_is_freed(real_bundle, pool):

@@ -36,11 +36,12 @@ def draft_trees(bundle, policy, cycles=3, prompt=(4, 8, 15, 16, 23, 42)):
     dec.start(input_ids=list(prompt))
     for _ in range(cycles):
         dec.absorb()
-        hc = dec.hcache
+        s = dec.state
+        hc = s.hcache
         snap = (hc.k.clone(), hc.v.clone(), hc.length)
-        runner = HeadRunner(bundle.head, hc, dec.root_g, base_pos=hc.length - 1)
-        tree = dec.policy.draft(runner, dec.root)
-        yield tree, snap, dec.root_g.clone(), runner
+        runner = HeadRunner(bundle.head, hc, s.reading.g, base_pos=hc.length - 1)
+        tree = dec.policy.draft(runner, s.root)
+        yield tree, snap, s.reading.g.clone(), runner
         dec.step()
 
 

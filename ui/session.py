@@ -114,8 +114,7 @@ class Session:
             return False
         try:
             for d in self.decoders:
-                d.cache = d.hcache = None
-                d.pending = d.root_g = d.root_logp = None
+                d.release()
             self.released = why
         finally:
             self.lock.release()

@@ -1,19 +1,20 @@
 """Decoders with a step API: plain autoregressive and speculative (any tree policy).
 
-State of one sequence (docs/algorithms.md §2):
-- the target's KV cache holds the committed tokens x_0..x_{L-1};
-- `root` is the next token (sampled by the target, not yet run through it);
-- `pending` are (target feature, next token) pairs the draft head has not absorbed yet (the
-  feature is what the head reads: the final features, or EAGLE-3's fused layers).
-A speculative cycle (`Decoder.speculate`, read it top to bottom): absorb pending -> draft a tree
-under root -> verify root + tree in one target forward -> accept a path -> commit its K/V -> the
-bonus token is the next root. What people see of a run (texts, annotated trees, the trace) is
-recording.py's.
+A sequence between cycles is one value, `DecodeState` (docs/algorithms.md §2): the target's KV
+cache of the committed tokens x_0..x_{L-1}, the `root` (the next token, sampled by the target and
+not yet run through it), the `pending` (target feature, next token) pairs the draft head has not
+absorbed yet, the head's `reading` of the context once it has, the counters and the random streams.
+A cycle reads a state and returns the next one (`Decoder.speculate`, read it top to bottom):
+absorb pending -> draft a tree under root -> verify root + tree in one target forward -> accept a
+path -> commit its K/V -> the bonus token is the next root. The decoder holds its configuration
+(bundle, policy, sampling, limits) and its current state; what people see of a run (the text, the
+annotated trees, the trace) is kept by observers of its steps (text.py, recording.py).
 """
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -30,9 +31,43 @@ from ..model.loading import Bundle
 from ..model.timing import sync
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
-from .recording import TraceRecorder, preview_trace
+from .recording import TraceRecorder, preview_trace, run_meta
+from .text import TextStream
 
 MAX_NEW_TOKENS = 4096
+NO_TIME = {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The draft head's reading of the context: its predicted feature at the root, the log-probs
+    of the root's children, and the seconds absorbing took (they count as the next cycle's drafting,
+    whenever the absorbing ran)."""
+    g: torch.Tensor
+    logp: torch.Tensor
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DecodeState:
+    """One sequence between cycles. The KV caches are views (own `length`, shared tensors): a
+    cycle writes only slots at or past a state's lengths, so the state it read stays what it was;
+    a preview's writes there are scratch, overwritten before they are read. The random streams are
+    the sequence's own and advance with each committing cycle (a preview draws from its own)."""
+    prompt_ids: tuple[int, ...]
+    cache: KVCache | None                     # target K/V of x_0..x_{L-1}; None once released
+    hcache: KVCache | None                    # head K/V of the absorbed pairs
+    root: int
+    pending: tuple[torch.Tensor, list[int]] | None   # (features [n, D], next tokens) not absorbed yet
+    reading: Reading | None                   # set by absorbing pending, cleared by a commit
+    accept_gen: torch.Generator               # the target's samples (acceptance, bonus, plain tokens)
+    draft_gen: torch.Generator                # policies that sample their drafts (DySpec)
+    generated: tuple[int, ...] = ()
+    cycle: int = 0                            # the next step's number (prefill is cycle 0)
+    target_forwards: int = 0
+    draft_calls: int = 0
+    spent: tuple[tuple[str, float], ...] = tuple(NO_TIME.items())   # where the wall time went
+    finished: str | None = None               # "eos", "max_new_tokens", "context" once done
 
 
 class Decoder:
@@ -46,12 +81,14 @@ class Decoder:
         self.max_new_tokens = max_new_tokens
         self.set_policy(policy, **policy_kw)
         self.record = record
-        self.started = False
+        self.state: DecodeState | None = None
+        self.text_stream: TextStream | None = None     # observers of the steps, set by start()
+        self.recorder: TraceRecorder | None = None
 
     # ------------------------------------------------------------------ configuration
     def set_policy(self, policy, **kw) -> None:
-        """'plain', a registered policy's name (with its parameters), or a TreePolicy; takes effect
-        from the next cycle."""
+        """'plain', a registered policy's name (with its parameters), or a TreePolicy (which the
+        decoder then owns: it learns from the cycles); takes effect from the next cycle."""
         if isinstance(policy, str | None) and is_plain(policy):
             self.policy = None
             return
@@ -81,115 +118,122 @@ class Decoder:
         check(len(ids) + 2 <= ctx,
               f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
         dev = self.b.device
-        self.prompt_ids = ids
-        self.generated: list[int] = []
-        self.finished: str | None = None
-        self.cycle = 0
-        self.target_forwards = 0
-        self.draft_calls = 0
-        self.split = {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}  # where the wall time went
-        self.text = ""
-        self.gen = torch.Generator(device="cpu")
-        self.gen.manual_seed(self.sampling.seed if self.sampling.seed is not None else 0)
-        # policies that sample their drafts (DySpec) draw from their own stream, seeded alike
-        self.draft_gen = torch.Generator(device="cpu")
-        self.draft_gen.manual_seed(((self.sampling.seed or 0) * 1_000_003 + 7919) % (2 ** 63))
+        seed = self.sampling.seed if self.sampling.seed is not None else 0
+        accept_gen = torch.Generator(device="cpu").manual_seed(seed)
+        draft_gen = torch.Generator(device="cpu").manual_seed(((self.sampling.seed or 0) * 1_000_003 + 7919) % (2 ** 63))
         slack = 64 + (self.policy.total_tokens if self.policy is not None else 0)
         cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
-        self.cache: KVCache = self.b.target.new_cache(cap)
-        self.hcache: KVCache = self.b.head.new_cache(cap + 1024)
-        self.recorder = TraceRecorder(self)
+        cache, hcache = self.b.target.new_cache(cap), self.b.head.new_cache(cap + 1024)
 
         t0 = self._now()
         tokens = torch.tensor(ids, dtype=torch.long, device=dev)
-        feats, head_feats = self.b.target.forward_draft(self.cache, tokens, torch.arange(len(ids), device=dev))
-        self.cache.advance(len(ids))
-        root = choose(self.b.target.logits(feats[-1]), self.sampling, self.gen)
-        self.target_forwards = 1
-        self.pending = (head_feats, ids[1:] + [root])
-        self.root_g = self.root_logp = None
-        self.root = root
-        self.started = True
-        dt = self._now() - t0
-        return self._emit([root], None, {"draft_s": 0.0, "verify_s": dt, "commit_s": 0.0})
+        feats, head_feats = self.b.target.forward_draft(cache, tokens, torch.arange(len(ids), device=dev))
+        cache.advance(len(ids))
+        root = choose(self.b.target.logits(feats[-1]), self.sampling, accept_gen)
+        s = DecodeState(prompt_ids=tuple(ids), cache=cache, hcache=hcache, root=root,
+                        pending=(head_feats, ids[1:] + [root]), reading=None,
+                        accept_gen=accept_gen, draft_gen=draft_gen, target_forwards=1)
+        timings = {**NO_TIME, "verify_s": self._now() - t0}
+        self.state = s
+        self.text_stream = TextStream(self.b.tokenizer)
+        self.recorder = TraceRecorder(self.b, run_meta(self))
+        return self._conclude(s, [root], None, timings)
 
     # ------------------------------------------------------------------ one cycle
     @DECODING
     def step(self) -> StepTrace:
         """One cycle: draft -> verify -> accept -> commit (or one plain token)."""
-        check(self.started, "Start a prompt first.")
-        check(self.finished is None, f"Generation has finished ({self.finished}); reset to start again.")
+        s = self._live_state()
+        check(s.finished is None, f"Generation has finished ({s.finished}); reset to start again.")
         if self.policy is None:
-            return self._plain_step()
-        c = self.speculate(self.policy, self.draft_gen, self.gen)
-        return self._emit(c.path_tokens + [c.bonus], c, c.timings)
+            s, tok, timings = self.plain_step(s)
+            return self._conclude(s, [tok], None, timings)
+        s, c = self.speculate(s, self.policy, s.draft_gen, s.accept_gen)
+        return self._conclude(s, c.path_tokens + [c.bonus], c, c.timings)
 
-    def speculate(self, policy: TreePolicy, draft_gen: torch.Generator, accept_gen: torch.Generator,
-              commit: bool = True) -> "Cycle":
-        """The speculative cycle (docs/algorithms.md §2). Without commit (the page's preview of
-        another policy on this context) the sequence is left as it was; only the head's reading of
-        the new context is kept, for the cycle that follows."""
-        b, dev, L = self.b, self.b.device, self.cache.length
+    def speculate(self, s: DecodeState, policy: TreePolicy, draft_gen: torch.Generator,
+                  accept_gen: torch.Generator, commit: bool = True) -> tuple[DecodeState, "Cycle"]:
+        """The speculative cycle (docs/algorithms.md §2): state in, state out. Without commit (the
+        page's preview of another policy on this context) the state that comes back is the one
+        that went in, absorbed; the policy learns nothing."""
+        b, dev = self.b, self.b.device
+        # 1. The head reads what the last cycle committed (perhaps already: Decoder.absorb).
+        s = self.absorbed(s)
         t0 = self._now()
-        # 1. The head reads what the last cycle committed (a preview on this context may have
-        #    done so already: those seconds still count as this context's drafting).
-        earlier_s = 0.0 if self.root_g is None else self._absorb_s
-        self.absorb()
         # 2. Draft a tree under the root: the policy decides its shape.
-        runner = HeadRunner(b.head, self.hcache, self.root_g, base_pos=self.hcache.length - 1,
-                            sampling=self.sampling, gen=draft_gen, root_logp=self.root_logp)
-        tree = policy.draft(runner, self.root)
+        hc = s.hcache
+        runner = HeadRunner(b.head, hc, s.reading.g, base_pos=hc.length - 1, sampling=self.sampling,
+                            gen=draft_gen, root_logp=s.reading.logp)
+        tree = policy.draft(runner, s.root)
         t1 = self._now()
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
-        #    land after the committed tokens).
-        if L + tree.n_kept > self.cache.max_len:
-            self._grow(L + tree.n_kept + 64)
+        #    land after the committed tokens, in this state's cache view).
+        L = s.cache.length
+        cache = self._room(s.cache, L + tree.n_kept)
         vb = layout(tree, L, dev)
-        feats, logits = b.target.forward_logits(self.cache, vb.tokens, vb.positions, vb.mask)
+        feats, logits = b.target.forward_logits(cache, vb.tokens, vb.positions, vb.mask)
         # 4. Accept a path by the policy's rule (lossless unless it says otherwise) and a bonus token.
         path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
         t2 = self._now()
         c = Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus,
-                  timings={"draft_s": t1 - t0 + earlier_s, "verify_s": t2 - t1, "commit_s": 0.0})
+                  timings={"draft_s": s.reading.seconds + t1 - t0, "verify_s": t2 - t1, "commit_s": 0.0})
         if not commit:
-            return c
+            return s, c
         policy.observe(tree.n_kept, t2 - t1)
         # 5. Commit: keep the accepted nodes' K/V, give their features to the head next cycle; the
         #    bonus token becomes the next root.
         keep = [0] + path_pos
-        self.cache.commit(torch.tensor([L + p for p in keep], device=dev))
-        self.pending = (feats[keep], c.path_tokens + [bonus])
-        self.root_g = self.root_logp = None
-        self.root = bonus
-        self.target_forwards += 1
-        self.draft_calls += tree.draft_calls
+        cache.commit(torch.tensor([L + p for p in keep], device=dev))
+        s = replace(s, cache=cache, root=bonus, pending=(feats[keep], c.path_tokens + [bonus]), reading=None,
+                    target_forwards=s.target_forwards + 1, draft_calls=s.draft_calls + tree.draft_calls)
         c.timings["commit_s"] = self._now() - t2
-        return c
+        return s, c
 
-    def absorb(self) -> None:
-        """Feed the pending (target feature, next token) pairs to the head; its last output
-        predicts the feature at the root, whose logits give the root's children (once per context)."""
-        if self.root_g is not None:
-            return
+    def absorbed(self, s: DecodeState) -> DecodeState:
+        """The state with the pending (target feature, next token) pairs fed to the head: its last
+        output predicts the feature at the root, whose logits give the root's children. The state
+        given stays as it was (the head's K/V go past its head cache's length)."""
+        if s.reading is not None:
+            return s
         t0 = self._now()
-        feats, toks = self.pending
-        hc, n, dev = self.hcache, len(toks), self.b.device
+        feats, toks = s.pending
+        hc, n, dev = copy.copy(s.hcache), len(toks), self.b.device
         g, logp = self.b.head.forward_logprobs(hc, feats, torch.tensor(toks, device=dev),
                                                torch.arange(hc.length, hc.length + n, device=dev), hc.length)
         hc.advance(n)
-        self.root_g, self.root_logp = g[-1], logp[-1]
-        self._absorb_s = self._now() - t0
+        return replace(s, hcache=hc, pending=None, reading=Reading(g[-1], logp[-1], self._now() - t0))
+
+    def plain_step(self, s: DecodeState) -> tuple[DecodeState, int, dict]:
+        """One target forward on the root: the next token (state, token, timings)."""
+        t0 = self._now()
+        cache = self._room(s.cache, s.cache.length + 1)
+        dev = self.b.device
+        _, logits = self.b.target.forward_logits(cache, torch.tensor([s.root], device=dev),
+                                                 torch.tensor([cache.length], device=dev))
+        nxt = choose(logits[0], self.sampling, s.accept_gen)
+        t1 = self._now()
+        cache.advance(1)
+        return replace(s, cache=cache, root=nxt, target_forwards=s.target_forwards + 1), nxt, \
+            {**NO_TIME, "verify_s": t1 - t0}
+
+    @DECODING
+    def absorb(self) -> None:
+        """Let the head read the context now, as the first part of the next step (whose drafting
+        time includes it): a preview on this context then reads it without absorbing it again."""
+        self.state = self.absorbed(self._live_state())
 
     @DECODING
     def preview(self, policy) -> StepTrace:
         """The cycle another policy would run on the current context, without committing (the
-        page's side-by-side view), numbered like the next step. A policy object runs as a fork: the
-        preview reads what it learnt but teaches it nothing. The random streams are the preview's own."""
-        check(self.started and self.finished is None, "Nothing to preview: start a prompt first.")
+        page's side-by-side view), numbered like the next step. A pure function of the state: a
+        policy object runs as a fork (it reads what the policy learnt and teaches it nothing), the
+        random streams are the preview's own, and the state is not changed."""
+        s = self._live_state()
+        check(s.finished is None, "Nothing to preview: start a prompt first.")
         policy = make_policy(policy) if isinstance(policy, str) else policy.fork()
-        c = self.speculate(policy, torch.Generator().manual_seed(self.cycle + 7919),
-                           torch.Generator().manual_seed(self.cycle), commit=False)
-        return preview_trace(self, c, policy.name)
+        s, c = self.speculate(s, policy, torch.Generator().manual_seed(s.cycle + 7919),
+                              torch.Generator().manual_seed(s.cycle), commit=False)
+        return preview_trace(self.b, s.cycle, s.root, c, policy.name, self.sampling)
 
     def generate(self) -> Trace:
         if not self.started:
@@ -198,72 +242,107 @@ class Decoder:
             self.step()
         return self.trace
 
-    @property
-    def trace(self) -> Trace:
-        return self.recorder.trace
+    def release(self) -> None:
+        """Free what the sequence holds in memory (KV caches, features); its counts, text and trace
+        stay. It cannot step again."""
+        if self.state is not None:
+            self.state = replace(self.state, cache=None, hcache=None, pending=None, reading=None)
 
     # ------------------------------------------------------------------ internals
+    def _live_state(self) -> DecodeState:
+        check(self.state is not None, "Start a prompt first.")
+        check(self.state.cache is not None, "This decoder's memory was freed; start a prompt again.")
+        return self.state
+
     def _now(self) -> float:
         sync(self.b.device)
         return time.perf_counter()
 
-    def _plain_step(self) -> StepTrace:
-        t0 = self._now()
-        L = self.cache.length
-        dev = self.b.device
-        _, logits = self.b.target.forward_logits(self.cache, torch.tensor([self.root], device=dev),
-                                                 torch.tensor([L], device=dev))
-        nxt = choose(logits[0], self.sampling, self.gen)
-        t1 = self._now()
-        self.cache.advance(1)
-        self.target_forwards += 1
-        self.root = nxt
-        return self._emit([nxt], None, {"draft_s": 0.0, "verify_s": t1 - t0, "commit_s": 0.0})
+    def _room(self, cache: KVCache, n: int) -> KVCache:
+        """A view of the cache for this cycle, with room for n slots (a larger copy if need be)."""
+        if n <= cache.max_len:
+            return copy.copy(cache)
+        new = self.b.target.new_cache(n + 64)
+        new.k[:, :, :, : cache.length] = cache.k[:, :, :, : cache.length]
+        new.v[:, :, :, : cache.length] = cache.v[:, :, :, : cache.length]
+        new.length = cache.length
+        return new
 
-    def _grow(self, n: int) -> None:
-        old = self.cache
-        new = self.b.target.new_cache(n)
-        new.k[:, :, :, : old.length] = old.k[:, :, :, : old.length]
-        new.v[:, :, :, : old.length] = old.v[:, :, :, : old.length]
-        new.length = old.length
-        self.cache = new
-
-    def _emit(self, toks, c: "Cycle | None", timings) -> StepTrace:
-        """Apply the stop rules to the tokens a cycle produced, extend the text, record the step."""
+    def _conclude(self, s: DecodeState, toks: list[int], c: "Cycle | None", timings: dict) -> StepTrace:
+        """Apply the stop rules to the tokens a cycle produced, make it the decoder's state, and
+        report the step to the observers (the text, the trace)."""
         eos = self.b.eos_ids
-        out = []
+        out, finished = [], s.finished
         for t in toks:
             out.append(t)
             if t in eos:
-                self.finished = "eos"
+                finished = "eos"
                 break
-        room = max(0, self.max_new_tokens - len(self.generated))
+        room = max(0, self.max_new_tokens - len(s.generated))
         if len(out) >= room:
             out = out[:room]
-            self.finished = self.finished or "max_new_tokens"
-        if self.cache.length + 2 >= self.b.target.args.max_positions - 1:
-            self.finished = self.finished or "context"
-        self.generated += out
-        prev = self.text
-        self.text = self.b.tokenizer.decode(self.generated, skip_special_tokens=True)
+            finished = finished or "max_new_tokens"
+        if s.cache.length + 2 >= self.b.target.args.max_positions - 1:
+            finished = finished or "context"
         timings["total_s"] = timings["draft_s"] + timings["verify_s"] + timings["commit_s"]
-        for k in self.split:
-            self.split[k] += timings[k]
+        spent = tuple((k, v + timings[k]) for k, v in s.spent)
+        self.state = s = replace(s, generated=s.generated + tuple(out), finished=finished, spent=spent,
+                                 cycle=s.cycle + 1)
         st = StepTrace(
-            cycle=self.cycle, policy=self.policy_name, new_tokens=out, new_texts=[],
+            cycle=s.cycle - 1, policy=self.policy_name, new_tokens=out, new_texts=[],
             accepted_len=0 if c is None else len(c.path_pos), bonus=None if c is None else c.bonus,
             timings=timings,
-            cumulative={"tokens": len(self.generated), "target_forwards": self.target_forwards,
-                        "wall_s": self.wall, "draft_calls": self.draft_calls},
+            cumulative={"tokens": len(s.generated), "target_forwards": s.target_forwards,
+                        "wall_s": self.wall, "draft_calls": s.draft_calls},
             tree=None if c is None else c.tree, accepted_path=[] if c is None else c.accepted_pool,
-            root=None if c is None else c.tree.tokens[0], finished=self.finished,
-            text_delta=self.text[len(prev):] if self.text.startswith(prev) else self.text)
-        self.cycle += 1
+            root=None if c is None else c.tree.tokens[0], finished=finished,
+            text_delta=self.text_stream.push(out) + (self.text_stream.finish() if finished else ""))
         if self.record:
             self.recorder.record(st, c, self.sampling)
         return st
 
-    # ------------------------------------------------------------------ summaries
+    # ------------------------------------------------------------------ what the state says
+    @property
+    def started(self) -> bool:
+        return self.state is not None
+
+    @property
+    def finished(self) -> str | None:
+        return None if self.state is None else self.state.finished
+
+    @property
+    def generated(self) -> list[int]:
+        return [] if self.state is None else list(self.state.generated)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return list(self.state.prompt_ids)
+
+    @property
+    def cycle(self) -> int:
+        return self.state.cycle
+
+    @property
+    def target_forwards(self) -> int:
+        return self.state.target_forwards
+
+    @property
+    def draft_calls(self) -> int:
+        return self.state.draft_calls
+
+    @property
+    def split(self) -> dict[str, float]:
+        """Seconds spent drafting, verifying and committing, over every cycle."""
+        return dict(self.state.spent)
+
+    @property
+    def text(self) -> str:
+        return "" if self.text_stream is None else self.text_stream.text
+
+    @property
+    def trace(self) -> Trace:
+        return self.recorder.trace
+
     @property
     def wall(self) -> float:
         """Seconds of this decoder's own work: drafting + verifying + committing, every cycle."""
@@ -271,14 +350,15 @@ class Decoder:
 
     @property
     def tau(self) -> float:
-        return len(self.generated) / max(1, self.target_forwards)
+        return len(self.state.generated) / max(1, self.state.target_forwards)
 
     def summary(self) -> dict:
-        return {"policy": self.policy_name, "text": self.text, "token_ids": list(self.generated),
-                "new_tokens": len(self.generated), "target_forwards": self.target_forwards,
+        s = self.state
+        return {"policy": self.policy_name, "text": self.text, "token_ids": list(s.generated),
+                "new_tokens": len(s.generated), "target_forwards": s.target_forwards,
                 "tau": self.tau, "wall_s": self.wall, **self.split,
-                "tokens_per_s": len(self.generated) / self.wall if self.wall > 0 else 0.0,
-                "draft_calls": self.draft_calls, "finished": self.finished,
+                "tokens_per_s": len(s.generated) / self.wall if self.wall > 0 else 0.0,
+                "draft_calls": s.draft_calls, "finished": s.finished,
                 "lossy": self.policy is not None and self.policy.lossy,
                 **({"policy_stats": self.policy.summary_stats()} if self.policy is not None else {})}
 

@@ -9,14 +9,19 @@ drive it, and its tests need no Gradio.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..cycle.sampling import SamplingParams
 from ..cycle.trace import StepTrace
 from ..errors import UserError, check
 from ..model.timing import verify_profile
+from ..policies.base import TreePolicy
 from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder
+
+# (name, total tokens, depth, top k) of every policy built so far: valid, as a policy's checks
+# read only its parameters. Settings read again at every Step are then not built just to be checked.
+_VALID: set[tuple] = set()
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,9 @@ class RaceSettings:
     seed: int = 0
     max_new_tokens: int = 64
     side_by_side: bool = True
+    # Not a setting: the policies validate() built to check them, kept for the race to run, so a
+    # Step builds each policy once (name -> policies, each handed on once).
+    _built: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def for_device(cls, kind: str) -> "RaceSettings":
@@ -46,14 +54,34 @@ class RaceSettings:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
     def validate(self) -> "RaceSettings":
-        """Every value checked before any model work (a UserError names the bad one)."""
+        """Every value checked before any model work (a UserError names the bad one). A policy is
+        checked by building it, once per parameter set: the race then runs that very policy."""
         self.sampling().validate()
         for name in (self.policy, self.compare):
-            if not is_plain(name):
-                make_policy(name, **self.tree)
+            if not is_plain(name) and self._key(name) not in _VALID and not self._built.get(name):
+                self._built.setdefault(name, []).append(self._make(name))
         check(isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
               f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {self.max_new_tokens!r}).")
         return self
+
+    def take_policy(self, name: str) -> TreePolicy | None:
+        """A policy of these settings for one decoder to own (None: plain): the one validate()
+        built if it is still there, else a new one (a decoder changes the policy it runs, so
+        none is handed on twice)."""
+        if is_plain(name):
+            return None
+        try:
+            return self._built.get(name, []).pop()   # one atomic pop: two threads never get the same one
+        except IndexError:
+            return self._make(name)
+
+    def _make(self, name: str) -> TreePolicy:
+        p = make_policy(name, **self.tree)
+        _VALID.add(self._key(name))
+        return p
+
+    def _key(self, name: str) -> tuple:
+        return (str(name).lower(), self.total_tokens, self.depth, self.top_k)
 
     def with_(self, **kw) -> "RaceSettings":
         return replace(self, **kw)
@@ -84,9 +112,8 @@ class Race:
     def start(self, bundle, prompt: str, s: RaceSettings) -> None:
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError("The prompt is empty: type something first (or pick an example).")
-        decs = [Decoder(bundle, s.policy, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
-                Decoder(bundle, s.compare, s.sampling(), max_new_tokens=s.max_new_tokens, **s.tree),
-                Decoder(bundle, PLAIN, s.sampling(), max_new_tokens=s.max_new_tokens)]
+        main, cmp = s.take_policy(s.policy), s.take_policy(s.compare)   # bad settings fail here, before any model work
+        decs = [Decoder(bundle, p, s.sampling(), max_new_tokens=s.max_new_tokens) for p in (main, cmp, None)]
         costs = verify_profile(bundle, measure=False)  # this machine's t(N): the what-if views price with it
         for d in decs:
             d.start(prompt)
@@ -100,9 +127,11 @@ class Race:
         if old is None or s == old:
             return []
         notes = []
-        for d, name, was in ((self.main, s.policy, old.policy), (self.cmp, s.compare, old.compare)):
-            if (name, s.tree) != (was, old.tree):  # otherwise keep the policy's state (what it learnt)
-                d.set_policy(name, **s.tree)
+        changed = [(d, s.take_policy(name)) for d, name, was in
+                   ((self.main, s.policy, old.policy), (self.cmp, s.compare, old.compare))
+                   if (name, s.tree) != (was, old.tree)]   # otherwise keep the policy's state (what it learnt)
+        for d, policy in changed:
+            d.set_policy(policy)
         for d in self.decoders:
             d.sampling = s.sampling()
             if s.max_new_tokens > len(d.generated):
@@ -120,6 +149,7 @@ class Race:
         if m.finished is not None:
             return
         if self.settings.side_by_side and self.cmp.policy is not None:
+            m.absorb()   # the head reads the context once, for the preview and the step (its seconds count in the step)
             pv = m.preview(self.cmp.policy)  # a fork of the comparison's policy: what it learnt, unchanged by this
             self.previews[pv.cycle] = pv
         m.step()

@@ -1,6 +1,6 @@
 """What a run keeps for people: the trace (texts of every token, each tree annotated with the
 target's probabilities and the accepted path) and the preview of another policy's tree. Decoding
-does not need any of it, so the decoder only hands each step to a TraceRecorder when it records.
+does not need any of it: a TraceRecorder observes the decoder's steps, when it records.
 """
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def run_meta(dec) -> dict:
 class TraceRecorder:
     """Appends each step of one decoder to its Trace, with the texts and annotations the page shows."""
 
-    def __init__(self, dec):
-        self.b = dec.b
-        self.trace = Trace(meta=run_meta(dec))
+    def __init__(self, b, meta: dict):
+        self.b = b
+        self.trace = Trace(meta=meta)
 
     def record(self, st: StepTrace, c, sampling: SamplingParams) -> None:
         st.new_texts = self.b.token_texts(st.new_tokens)
@@ -54,11 +54,11 @@ class TraceRecorder:
         self.trace.steps.append(st)
 
 
-def preview_trace(dec, c, policy_name: str) -> StepTrace:
+def preview_trace(b, cycle: int, root: int, c, policy_name: str, sampling: SamplingParams) -> StepTrace:
     """The step another policy would have made on this context (numbered like the next step)."""
-    annotate(c, dec.sampling)
+    annotate(c, sampling)
     toks = c.path_tokens + [c.bonus]
     timings = {**c.timings, "total_s": c.timings["draft_s"] + c.timings["verify_s"]}
-    return StepTrace(cycle=dec.cycle, policy=policy_name, new_tokens=toks, new_texts=dec.b.token_texts(toks),
+    return StepTrace(cycle=cycle, policy=policy_name, new_tokens=toks, new_texts=b.token_texts(toks),
                      accepted_len=len(c.path_pos), bonus=c.bonus, timings=timings, cumulative={}, tree=c.tree,
-                     tree_texts=dec.b.token_texts(c.tree.tokens), accepted_path=c.accepted_pool, root=dec.root)
+                     tree_texts=b.token_texts(c.tree.tokens), accepted_path=c.accepted_pool, root=root)
