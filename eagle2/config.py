@@ -77,6 +77,12 @@ def use(config: Config) -> Config:
     return config
 
 
+def child_env(**overrides: str) -> dict[str, str]:
+    """The environment a child process of ours (the app, the CLI) starts with: this process's,
+    with `overrides` (EAGLE2_* settings, so the child builds its own configuration from them)."""
+    return {**os.environ, **overrides}
+
+
 def current() -> Config:
     """The installed configuration; without one (the CLI, scripts, tests), the environment's as it
     is now, so a variable set in-process (a test's private cache) takes effect."""

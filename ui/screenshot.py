@@ -56,8 +56,8 @@ def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled
     (tests: no background compile competing for the CPU)."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1",
-               EAGLE2_COMPILE="1" if compiled else "0")
+    env = config.child_env(GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1",
+                    EAGLE2_COMPILE="1" if compiled else "0")
     with open(log_path, "w") as log:
         if compiled:
             subprocess.run([sys.executable, "-m", "eagle2", "compile", "--threads", str(threads)], cwd=ROOT, env=env,
