@@ -43,6 +43,7 @@ def test_shipped_head_tau_on_heldout_prompts(real_bundle, policy):
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_the_shipped_eagle12_head_loads_and_is_lossless():
     """assets/heads/smollm2-135m (the EAGLE-1/2 head, `--head` to use it) reads the target's final
     features; greedy EAGLE-2 and the static tree with it equal plain decoding."""

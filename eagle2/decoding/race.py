@@ -8,7 +8,6 @@ drive it, and its tests need no Gradio.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field, replace
 
 from ..cycle.sampling import SamplingParams
@@ -88,10 +87,10 @@ class RaceSettings:
 
 
 class Race:
-    """Three decoders in lockstep. `lock` guards against two ticks at once (one per session)."""
+    """Three decoders in lockstep. Not thread-safe: one tick at a time (the page holds its
+    session's lock through a Step)."""
 
     def __init__(self):
-        self.lock = threading.Lock()
         self.prompt: str | None = None
         self.main = self.cmp = self.plain = None
         self.previews: dict[int, StepTrace] = {}   # cycle -> the comparison's tree on that context
