@@ -11,6 +11,8 @@ from pathlib import Path as _Path
 import pytest as _pytest
 import torch as _torch
 
+from eagle2.config import Config as _Config
+
 # On a 2-core machine shared with other jobs, two OpenMP threads spin against each other and
 # make small matmuls/attention 5-10x slower than one thread; override with EAGLE2_TEST_THREADS.
 if _os.environ.get("EAGLE2_TEST_THREADS"):
@@ -31,7 +33,7 @@ elif (_os.cpu_count() or 1) <= 2:
 # variables. At the end of the session the user's cache is compared with a snapshot taken at its
 # start: any change fails the run.
 # ---------------------------------------------------------------------------------------------
-USER_CACHE = _Path(_os.environ.get("EAGLE2_CACHE", _Path.home() / ".cache" / "eagle2"))  # as the engine resolves it
+USER_CACHE = _Config.from_env().cache_dir   # the configuration's own default, before the tests move it
 _REAL_MODEL_FIXTURES = {"real_model_cache", "real_folder", "real_bundle"}
 _AT_START: dict = {}   # the user's cache and the variables as the session found them
 
