@@ -1,7 +1,8 @@
 """The compiled forward (eagle2/model/compiled.py, exported.py) against the eager reference.
 
-(a) The custom attention op equals SDPA over the committed cache, earlier tree slots and the new
-    keys under a tree mask.
+(a) Attention in two parts (the cached slots where they lie, then the new keys, merged by their
+    log-sum-exps) and over the concatenation both equal SDPA over the committed cache, earlier
+    tree slots and the new keys under a tree mask.
 (b) The exported functions, run eagerly, equal the eager forwards of the target (logits and the
     K/V it returns) and of the draft head (its features, log-probabilities and K/V).
 (c) AOTInductor packages built for a tiny Llama and its head: outputs equal the eager path's for
@@ -23,7 +24,8 @@ import pytest
 
 from eagle2.decoding.decoder import Decoder
 from eagle2.model.compiled import CompiledTarget, attach, compilable_head
-from eagle2.model.exported import HeadForward, TreeForward, cached_tree_attention
+from eagle2.model.exported import HeadForward, TreeForward
+from eagle2.model.llama import attend_concatenated, attend_in_parts, split_masks
 from eagle2.model.loading import load_bundle
 
 ATOL = 2e-4  # logits of O(1-10); the same bar test_model uses against transformers
@@ -42,7 +44,8 @@ def random_tree_mask(T: int, g: torch.Generator) -> torch.Tensor:
 
 @pytest.mark.parametrize("committed,tree,T", [(0, 0, 1), (0, 0, 5), (7, 0, 1), (7, 0, 6), (33, 0, 16),
                                              (7, 3, 1), (7, 5, 4), (20, 12, 10), (0, 4, 3)])
-def test_attention_op_equals_sdpa(committed, tree, T):
+@pytest.mark.parametrize("attend", [attend_in_parts, attend_concatenated])
+def test_attention_equals_sdpa(committed, tree, T, attend):
     g = torch.Generator().manual_seed(committed * 100 + tree * 10 + T)
     H, kv, d, C = 6, 2, 16, 64
     start = committed + tree
@@ -50,7 +53,8 @@ def test_attention_op_equals_sdpa(committed, tree, T):
     k, v = torch.randn(1, kv, T, d, generator=g), torch.randn(1, kv, T, d, generator=g)
     kc, vc = torch.randn(1, kv, C, d, generator=g), torch.randn(1, kv, C, d, generator=g)
     tm = torch.cat([torch.rand(T, tree, generator=g) < 0.4, random_tree_mask(T, g)], 1)
-    ours = cached_tree_attention(q, k, v, kc, vc, torch.tensor(committed), torch.tensor(start), tm)
+    past_mask, new_mask = split_masks(committed, start, tm, T, q.device)
+    ours = attend(q, k, v, kc[:, :, :start], vc[:, :, :start], past_mask, new_mask)
     K = torch.cat([kc[:, :, :start], k], 2)
     V = torch.cat([vc[:, :, :start], v], 2)
     mask = torch.ones(T, start + T, dtype=torch.bool)
@@ -82,8 +86,8 @@ def test_tree_function_equals_eager_forward(tiny):
         toks = torch.randint(0, m.args.vocab_size, (T,), generator=g)
         pos = torch.arange(cache.length, cache.length + T)
         tm = random_tree_mask(T, g)
-        feats, logits, new_k, new_v = TreeForward(m)(toks, m._cos[pos], m._sin[pos], cache.k, cache.v,
-                                                     torch.tensor(cache.length), tm)
+        feats, logits, new_k, new_v = TreeForward(m)(toks, *m.rope_at(pos), cache.k, cache.v,
+                                                     torch.ones(T, cache.length, dtype=torch.bool), tm)
         ref = m.forward_cached(cache, toks, pos, tm)
         L = cache.length
         assert (logits - m.logits(ref)).abs().max().item() < ATOL
@@ -114,8 +118,10 @@ def test_head_function_equals_eager_head(tiny):
     for T, tree in ((1, 0), (3, 4), (8, 2)):
         cache, feats, toks, pos, tm = head_call_inputs(tiny, T, tree, g)
         start = cache.length + tree
-        out, logp, new_k, new_v = HeadForward(h)(h.embed_tokens(toks), feats, h._cos[pos], h._sin[pos], cache.k[0],
-                                                 cache.v[0], torch.tensor(cache.length), torch.tensor(start), tm)
+        past, new = split_masks(cache.length, start, tm, T, tm.device)
+        past = torch.ones(T, start, dtype=torch.bool) if past is None else past
+        out, logp, new_k, new_v = HeadForward(h)(h.embed_tokens(toks), feats, *h.rope_at(pos), cache.k[0],
+                                                 cache.v[0], past, new)
         ref = h.forward_cached(cache, feats, toks, pos, start, tm)
         assert (out - ref).abs().max().item() < 1e-5
         assert (logp - h.draft_logprobs(ref)).abs().max().item() < 1e-4
@@ -132,7 +138,7 @@ def compiled_tiny(tiny, tmp_path_factory):
     ct.build()
     assert sorted(ct.runners) == [1, 4] and sorted(ct.head_set.runners) == [4]
     # each package is unpacked once (its .so maps in well under a second) and the .pt2 dropped
-    assert not list(folder.glob("*.pt2")) and (folder / "T1.so").exists() and (folder / "T1.json").exists()
+    assert not list(folder.glob("*.pt2")) and (folder / "T1.so").exists() and (folder / "T1.blob").exists()
     yield ct
     tiny.target.compiled = tiny.head.compiled = None
 
@@ -259,7 +265,7 @@ def test_packages_load_as_the_background_compile_lands_them(tiny, compiled_tiny,
     copier = ("import shutil, sys, time\n"
               "for name in sys.argv[3:]:\n"
               "    time.sleep(1.0)\n"
-              "    for ext in ('.json', '.so'):\n"
+              "    for ext in ('.blob', '.so'):\n"
               "        shutil.copy(f'{sys.argv[1]}/{name}{ext}', f'{sys.argv[2]}/{name}{ext}.part')\n"
               "        shutil.move(f'{sys.argv[2]}/{name}{ext}.part', f'{sys.argv[2]}/{name}{ext}')\n")
     names = ["T1", "T4", f"{ct.head_set.prefix}T4"]
@@ -472,9 +478,8 @@ def eagle3_tiny(tiny_target, tmp_path_factory):
 
 @pytest.mark.slow  # its fixture compiles the tiny EAGLE-3 packages (a minute)
 def test_eagle3_head_function_equals_the_eager_head(eagle3_tiny):
-    """Head3Forward run eagerly (what is exported) against Eagle3Head.forward_cached +
-    draft_logprobs, for fused target states (fc outside the function) and fed-back outputs."""
-    from eagle2.model.exported import Head3Forward
+    """HeadForward of an EAGLE-3 head run eagerly (what is exported) against Eagle3Head.forward_cached
+    + draft_logprobs, for fused target states (fc outside the function) and fed-back outputs."""
     b, _ = eagle3_tiny
     h = b.head
     g = torch.Generator().manual_seed(8)
@@ -483,9 +488,10 @@ def test_eagle3_head_function_equals_the_eager_head(eagle3_tiny):
         if fused:
             feats = 3 * torch.randn(T, 3 * h.args.dim, generator=g)
         start = cache.length + tree
-        out, logp, new_k, _ = Head3Forward(h)(h.embed_tokens(toks), h.hidden_input(feats), h._cos[pos], h._sin[pos],
-                                              cache.k[0], cache.v[0], torch.tensor(cache.length),
-                                              torch.tensor(start), tm)
+        past, new = split_masks(cache.length, start, tm, T, tm.device)
+        past = torch.ones(T, start, dtype=torch.bool) if past is None else past
+        out, logp, new_k, _ = HeadForward(h)(h.embed_tokens(toks), h.hidden_input(feats), *h.rope_at(pos),
+                                             cache.k[0], cache.v[0], past, new)
         ref = h.forward_cached(cache, feats, toks, pos, start, tm)
         assert (out - ref).abs().max().item() < 1e-5
         assert (logp - h.draft_logprobs(ref)).abs().max().item() < 1e-4

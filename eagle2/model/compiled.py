@@ -29,9 +29,11 @@ from pathlib import Path
 import torch
 
 from . import routes
-from .exported import build_package
-from .llama import LlamaModel
-from .packages import compile_report, head_prefix, package_dir, unpack, write_meta
+from . import nogil
+from .constants import SharedConstants
+from .exported import HeadForward, TreeForward, build_package
+from .llama import LlamaModel, split_masks
+from .packages import blob_path, compile_report, head_prefix, package_dir, unpack, write_meta
 
 # the target's buckets; which one runs each tree size is timed on the machine (routes.py). One row
 # has its own: on a Zen 4 at 1 thread (the app's layout on 2 vCPUs) T1 took 23.5 ms against 38.3 ms
@@ -47,32 +49,28 @@ RUN_SLOTS = 4  # model instances per package: callers that can run one at once (
 
 
 class Runner:
-    """A compiled function loaded from its .so (the op table beside it); called like the function,
-    from any number of threads.
+    """A compiled function loaded from its .so, its constants the shared copies (constants.py);
+    called like the function, from any number of threads. The graph runs no Python, so a call lets
+    go of the GIL where the GIL-free runner is built (nogil.py); a caller beyond the `slots`
+    instances waits for one inside the container."""
 
-    Why the semaphore: the container hands each call one of its `slots` model instances and, when
-    none is free, waits for one in C++ while the caller still holds the GIL. The graph calls back
-    into Python for its attention op (exported.py), so the call holding the instance then waits for
-    the GIL: a deadlock of the whole process as soon as more threads call than there are
-    instances. Waiting here instead, on a Python semaphore, releases the GIL, so the container never
-    waits. The instances share the package's weights (one constant map per container): a slot
-    costs only its activations."""
-
-    def __init__(self, so: Path, slots: int = RUN_SLOTS):
+    def __init__(self, so: Path, blob: Path, constants: SharedConstants, function, slots: int = RUN_SLOTS):
         self.container = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), slots)
-        self.slots = threading.BoundedSemaphore(slots)
+        constants.adopt(self.container, function, blob)
+        self._run, self.releases_gil = nogil.run_function()
 
     def __call__(self, *args):
-        with self.slots:
-            return self.container.run(list(args))
+        return self._run(self.container, list(args))
 
 
 class PackageSet:
     """The compiled packages of one function ("target" or "head"), one per bucket, loaded as they
-    land. On disk each is T{n}.so + T{n}.json (unpacked from AOTInductor's .pt2 once built)."""
+    land. On disk each is T{n}.so + T{n}.blob, its constants (unpacked from AOTInductor's .pt2 once built)."""
 
-    def __init__(self, kind: str, module, buckets, folder: Path, prefix: str = ""):
+    def __init__(self, kind: str, module, buckets, folder: Path, constants: SharedConstants, prefix: str = ""):
         self.kind, self.module, self.folder, self.prefix = kind, module, folder, prefix
+        self.constants = constants
+        self.function = TreeForward(module) if kind == "target" else HeadForward(module)  # what was exported
         self.buckets = tuple(sorted(set(buckets)))
         self.runners: dict[int, object] = {}
         # tree size -> the bucket that runs it (None: eager), measured on this machine (choose_routes);
@@ -98,10 +96,10 @@ class PackageSet:
         error = None
         for T in self.landed():
             try:
-                runner = Runner(self.path(T))
+                runner = Runner(self.path(T), blob_path(self.path(T)), self.constants, self.function)
             except Exception as e:  # a corrupt or foreign package: rebuilt later, eager meanwhile
                 error = f"{self.kind} package T={T} unusable ({type(e).__name__}); removed"
-                for f in (self.path(T), self.path(T).with_suffix(".json")):
+                for f in (self.path(T), blob_path(self.path(T))):
                     f.unlink(missing_ok=True)
                 continue
             self.runners[T] = runner  # from here on `run` uses it (one dict store: atomic)
@@ -168,11 +166,12 @@ class CompiledTarget:
                  folder: Path | None = None):
         self.model, self.head = model, head
         self.folder = folder or package_dir(model)
-        self.target = PackageSet("target", model, buckets, self.folder)
+        self.constants = SharedConstants()  # one copy of the weights for every package below
+        self.target = PackageSet("target", model, buckets, self.folder, self.constants)
         self.sets = [self.target]
         self.head_set = None
         if head is not None and head_buckets:
-            self.head_set = PackageSet("head", head, head_buckets, self.folder, head_prefix(head))
+            self.head_set = PackageSet("head", head, head_buckets, self.folder, self.constants, head_prefix(head))
             self.sets.append(self.head_set)
         self.worker: subprocess.Popen | None = None
         self.error: str | None = None
@@ -250,7 +249,8 @@ class CompiledTarget:
 
     def build(self, log=None) -> None:
         """Compile every missing package in this process (the target's take minutes each on a
-        2-core CPU, the head's well under one)."""
+        2-core CPU, the head's well under one), and the GIL-free runner first (nogil.py)."""
+        nogil.build(log)
         for s in self.sets:
             s.build(log)
         self.poll()
@@ -258,7 +258,7 @@ class CompiledTarget:
     def start_background(self, argv: list[str]) -> None:
         """Build the missing packages in a low-priority child process (`python -m eagle2 compile`
         with `argv` naming the same target, head and threads); the eager path serves meanwhile."""
-        if not self.missing() or self.worker is not None:
+        if (not self.missing() and nogil.built().exists()) or self.worker is not None:
             return
         cmd = [sys.executable, "-m", "eagle2", "compile", *argv, "--background",
                "--buckets", ",".join(map(str, self.target.buckets))]
@@ -318,15 +318,17 @@ class CompiledTarget:
         those layers' states; logits [T, V]), K/V written at cache slots length.. ."""
         T = tokens.numel()
         B = self.target.bucket(T)
-        if B is None or cache.k.shape[1] != 1:
-            return None
-        m = self.model
         start = cache.length
+        if B is None or cache.k.shape[1] != 1 or start == 0:  # the graphs read >= 1 cached slot
+            return None
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
         tokens, positions, mask, _ = _pad_rows(B, tokens, positions, tree_mask)
-        feats, logits, new_k, new_v = self.target.runners[B](tokens, m._cos[positions], m._sin[positions],
-                                                             cache.k, cache.v, torch.tensor(start), mask)
+        cos, sin = self.model.rope_at(positions)
+        past = torch.ones(B, start, dtype=torch.bool, device=tokens.device)
+        # a package reads every input with the strides it was exported with: contiguous ones
+        feats, logits, new_k, new_v = self.target.runners[B](tokens, cos, sin, cache.k, cache.v, past,
+                                                             mask.contiguous())
         cache.k[:, :, :, start:start + T] = new_k[:, :, :, :T]
         cache.v[:, :, :, start:start + T] = new_v[:, :, :, :T]
         return feats[:T], logits[:T].float()
@@ -339,18 +341,21 @@ class CompiledTarget:
         hs = self.head_set
         T = tokens.numel()
         B = hs.bucket(T) if hs is not None else None
-        if B is None:
+        committed = cache.length
+        if B is None or committed == 0:
             return None
         h = self.head
-        committed = cache.length
         if start + T > cache.max_len:
             return None  # the eager path raises the cache-full error
         tree = start - committed
         features = h.hidden_input(features)
         tokens, positions, mask, features = _pad_rows(B, tokens, positions, tree_mask, tree, features)
-        g, logp, new_k, new_v = hs.runners[B](h.embed_tokens(tokens), features, h._cos[positions], h._sin[positions],
-                                              cache.k[0], cache.v[0], torch.tensor(committed), torch.tensor(start),
-                                              mask)
+        past, new = split_masks(committed, start, mask, B, tokens.device)
+        if past is None:
+            past = torch.ones(B, start, dtype=torch.bool, device=tokens.device)
+        cos, sin = h.rope_at(positions)
+        g, logp, new_k, new_v = hs.runners[B](h.embed_tokens(tokens), features.contiguous(), cos, sin, cache.k[0],
+                                              cache.v[0], past.contiguous(), new.contiguous())
         cache.k[0, :, :, start:start + T] = new_k[:, :, :T]
         cache.v[0, :, :, start:start + T] = new_v[:, :, :T]
         return g[:T], logp[:T]

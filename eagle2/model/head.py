@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import UserError
-from .llama import (Block, KVCache, Linear, LlamaArgs, PackedWeight, attention_mask, linear, pack_linears,
-                    rope_covering)
+from .llama import (Block, KVCache, Linear, LlamaArgs, PackedWeight, linear, pack_linears, rope_covering,
+                    split_masks)
 from .ttt import unrolled_passes
 
 
@@ -24,7 +24,8 @@ class DraftHead(nn.Module):
     """What the decoder, HeadRunner and the policies use of a draft head, whatever its kind:
     a KV cache, RoPE tables, log-probabilities over the draft vocabulary and their map back to
     target ids. A subclass has `embed_tokens` and `fc` (whose weight fixes device and dtype) and
-    defines forward_cached(cache, features, tokens, positions, start, tree_mask) -> g [T, D]: the
+    defines step(emb, hidden, cos, sin, past_k, past_v, past_mask, new_mask) -> (g, K, V), its
+    pure forward (the eager path and the compiled package both run it): g [B, T, D] are the
     vectors draft_logprobs reads and that tree nodes feed back as their children's features."""
 
     # Target layers whose input hidden states the head reads (LlamaModel.aux_layers); empty: the
@@ -60,6 +61,10 @@ class DraftHead(nn.Module):
         self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, self.fc.weight)
         return self._cos, self._sin
 
+    def rope_at(self, positions: torch.Tensor):
+        """cos/sin rows of these positions (the tables cover every cache this model made)."""
+        return self._cos[positions], self._sin[positions]
+
     def new_cache(self, max_len: int) -> KVCache:
         w = self.fc.weight
         self.rope(max_len + 1)
@@ -81,6 +86,23 @@ class DraftHead(nn.Module):
         g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
         return g, self.draft_logprobs(g)
 
+    @torch.no_grad()
+    def forward_cached(self, cache: KVCache, features, tokens, positions, start: int,
+                       tree_mask=None) -> torch.Tensor:
+        """Pairs (features [T, F], tokens [T]) written at cache slots start..start+T-1 -> g [T, D].
+        Slots before cache.length are always visible; slots from there up to start+T follow
+        `tree_mask` [T, start+T-length] (None: causal, start must equal length)."""
+        c = cache
+        T = tokens.numel()
+        if start + T > c.max_len:
+            raise RuntimeError("draft cache full")
+        past_mask, new_mask = split_masks(c.length, start, tree_mask, T, tokens.device)
+        cos, sin = self.rope_at(positions)
+        g, k, v = self.step(self.embed_tokens(tokens)[None], self.hidden_input(features)[None], cos, sin,
+                            c.k[0, :, :, :start], c.v[0, :, :, :start], past_mask, new_mask)
+        c.write(0, start, k, v)
+        return g[0]
+
     def hidden_input(self, features: torch.Tensor) -> torch.Tensor:
         """What the head's compiled function reads as `features` (exported.py): for an EAGLE-1/2
         head the features as given (its fc is inside the function)."""
@@ -101,27 +123,17 @@ class EagleHead(DraftHead):
     def inputs(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.cat([self.embed_tokens(tokens), features], dim=-1))
 
-    @torch.no_grad()
-    def forward_cached(self, cache: KVCache, features, tokens, positions, start: int,
-                       tree_mask=None) -> torch.Tensor:
-        """Pairs (features [T,D], tokens [T]) written at cache slots start..start+T-1 -> predicted
-        features [T,D]. Slots before cache.length are always visible; slots from there up to
-        start+T follow `tree_mask` [T, start+T-length] (None: causal, start must equal length)."""
-        c = cache
-        T = tokens.numel()
-        if start + T > c.max_len:
-            raise RuntimeError("draft cache full")
-        x = self.inputs(features, tokens).unsqueeze(0)
-        mask = attention_mask(c.length, tree_mask, T, tokens.device)
-        cos, sin = self._cos[positions], self._sin[positions]
-        return self.layers[0](x, cos, sin, (c.k[0], c.v[0]), start, mask)[0]
+    def step(self, emb, hidden, cos, sin, past_k, past_v, past_mask, new_mask):
+        """DraftHead.step: the pair (embedding, target features) through fc and the layer."""
+        return self.layers[0](self.fc(torch.cat([emb, hidden], dim=-1)), cos, sin, past_k, past_v, past_mask,
+                              new_mask)
 
     def forward_train(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Teacher-forced causal pass: features [B,T,D] of x_0..x_{T-1}, tokens [B,T] = x_1..x_T."""
         T = tokens.shape[1]
         cos, sin = self.rope(T)
         x = self.inputs(features, tokens)
-        return self.layers[0](x, cos[:T], sin[:T], None, 0, None)
+        return self.layers[0](x, cos[:T], sin[:T])[0]
 
     def forward_train_unrolled(self, features: torch.Tensor, tokens: torch.Tensor, g1: torch.Tensor,
                                steps: int) -> list[torch.Tensor]:

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..errors import UserError
 from .head import DraftHead, head_args, head_config, load_weights
-from .llama import MLP, Attention, KVCache, Linear, LlamaArgs, RMSNorm, attention_mask
+from .llama import MLP, Attention, Linear, LlamaArgs, RMSNorm
 from .ttt import unrolled_passes
 
 
@@ -36,12 +36,14 @@ class Eagle3Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(a.dim, a.norm_eps)
         self.mlp = MLP(a)
 
-    def forward(self, emb, hidden, cos, sin, layer_cache, start, mask):
+    def forward(self, emb, hidden, cos, sin, past_k=None, past_v=None, past_mask=None, new_mask=None):
+        """-> (output, its K, its V), with llama.Attention's arguments and contract."""
         hn = self.hidden_norm(hidden)
         x = hn if self.norm_before_residual else hidden
-        x = x + self.self_attn(torch.cat([self.input_layernorm(emb), hn], dim=-1), cos, sin, layer_cache, start,
-                               mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        o, k, v = self.self_attn(torch.cat([self.input_layernorm(emb), hn], dim=-1), cos, sin, past_k, past_v,
+                                 past_mask, new_mask)
+        x = x + o
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 
 class Eagle3Head(DraftHead):
@@ -55,28 +57,17 @@ class Eagle3Head(DraftHead):
         self.midlayer = Eagle3Layer(args, norm_before_residual)
         self.norm = RMSNorm(args.dim, args.norm_eps)
 
-    @torch.no_grad()
-    def forward_cached(self, cache: KVCache, features, tokens, positions, start: int,
-                       tree_mask=None) -> torch.Tensor:
-        """As EagleHead.forward_cached, with `features` either the target's fused states
-        [T, k*D] (absorbed pairs) or the head's own outputs [T, D] (tree nodes). Returns the
-        layer's outputs before `norm` [T, D], which draft_logprobs reads and children feed back."""
-        c = cache
-        T = tokens.numel()
-        if start + T > c.max_len:
-            raise RuntimeError("draft cache full")
-        hidden = self.hidden_input(features)
-        emb = self.embed_tokens(tokens)
-        mask = attention_mask(c.length, tree_mask, T, tokens.device)
-        cos, sin = self._cos[positions], self._sin[positions]
-        return self.midlayer(emb.unsqueeze(0), hidden.unsqueeze(0), cos, sin, (c.k[0], c.v[0]), start, mask)[0]
+    def step(self, emb, hidden, cos, sin, past_k, past_v, past_mask, new_mask):
+        """DraftHead.step, `hidden` the layer's D-wide input (hidden_input). g: the layer's outputs
+        before `norm`, which draft_logprobs reads and children feed back."""
+        return self.midlayer(emb, hidden, cos, sin, past_k, past_v, past_mask, new_mask)
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         return super().draft_logprobs(self.norm(g))
 
     def hidden_input(self, features: torch.Tensor) -> torch.Tensor:
-        """The layer's D-wide hidden input, as forward_cached forms it: fc of the fused target
-        states, or a fed-back output as it is (exported.Head3Forward takes this)."""
+        """The layer's D-wide hidden input: fc of the fused target states, or a fed-back output as
+        it is (what `step` and the compiled package take)."""
         return features if features.shape[-1] == self.args.dim else self.fc(features)
 
     # ------------------------------------------------------------ training (eagle2_train/train.py)
@@ -97,7 +88,7 @@ class Eagle3Head(DraftHead):
         [B,T] = x_1..x_T -> the layer's outputs before `norm` [B,T,D]."""
         T = tokens.shape[1]
         cos, sin = self.rope(T)
-        return self.midlayer(self.embed_tokens(tokens), self.fc(features), cos[:T], sin[:T], None, 0, None)
+        return self.midlayer(self.embed_tokens(tokens), self.fc(features), cos[:T], sin[:T])[0]
 
     def forward_train_unrolled(self, features: torch.Tensor, tokens: torch.Tensor, g1: torch.Tensor,
                                steps: int) -> list[torch.Tensor]:

@@ -6,6 +6,7 @@ The same Block serves the target and the EAGLE draft head (which has no input no
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -112,6 +113,12 @@ class KVCache:
         self.max_len = max_len
         self.length = 0  # committed tokens
 
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store one layer's new K/V [B, kv, T, d] at slots start..start+T-1 (uncommitted)."""
+        T = k.shape[2]
+        self.k[layer, :, :, start:start + T] = k
+        self.v[layer, :, :, start:start + T] = v
+
     def advance(self, n: int) -> None:
         """Commit the n slots just written after `length` (already contiguous)."""
         self.length += n
@@ -193,6 +200,68 @@ def pack_linears(module: nn.Module) -> None:
             m.pack()
 
 
+@contextlib.contextmanager
+def plain_linears(*modules: nn.Module):
+    """The modules' matmuls without their packed copies for a while (what torch.export traces:
+    a graph must hold plain weights, which its compiler packs its own way)."""
+    saved = []
+    for module in modules:
+        for m in module.modules():
+            for name in ("packed", "lm_packed"):
+                if getattr(m, name, None) is not None:
+                    saved.append((m, name, getattr(m, name)))
+                    setattr(m, name, None)
+    try:
+        yield
+    finally:
+        for m, name, value in saved:
+            setattr(m, name, value)
+
+
+def _additive(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A bool mask (True = may attend) as the additive float mask the CPU flash kernel takes."""
+    return torch.zeros(mask.shape, dtype=like.dtype, device=like.device).masked_fill(~mask, float("-inf"))
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor,
+           past_mask: torch.Tensor | None, new_mask: torch.Tensor | None) -> torch.Tensor:
+    """Attention of T new queries q [B, H, T, d] over the cached keys past_k/past_v [B, kv, S, d]
+    (a view of the cache: slots 0..S-1) and their own keys k/v [B, kv, T, d], as one softmax over
+    both. Masks are bool, True = may attend: past_mask [.., T, S], new_mask [.., T, T]; None = all.
+    On CPU `attend_in_parts`, elsewhere `attend_concatenated`."""
+    fn = attend_in_parts if q.device.type == "cpu" else attend_concatenated
+    return fn(q, k, v, past_k, past_v, past_mask, new_mask)
+
+
+def attend_in_parts(q, k, v, past_k, past_v, past_mask, new_mask) -> torch.Tensor:
+    """`attend` as the CPU flash kernel twice, once per part, merged by the log-sum-exps it
+    returns: the cache is read where it lies (no copy, whatever its length), and a compiled graph
+    runs no Python for it (the kernel has an AOTInductor C shim)."""
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    out, lse = flash(q, k, v, attn_mask=None if new_mask is None else _additive(new_mask, q))
+    if past_k.shape[2] == 0:
+        return out
+    out_past, lse_past = flash(q, past_k, past_v, attn_mask=None if past_mask is None else _additive(past_mask, q))
+    top = torch.maximum(lse, lse_past)
+    w_new, w_past = torch.exp(lse - top).unsqueeze(-1), torch.exp(lse_past - top).unsqueeze(-1)
+    # a row that sees no cached key (lse -inf) weighs 0 there, whatever its output holds
+    mixed = out * w_new + torch.where(w_past > 0, out_past * w_past, 0.0)
+    return (mixed / (w_new + w_past)).to(q.dtype)
+
+
+def attend_concatenated(q, k, v, past_k, past_v, past_mask, new_mask) -> torch.Tensor:
+    """`attend` as one SDPA over the cached and new keys side by side (a copy of the visible cache)."""
+    mask = None
+    if past_mask is not None or new_mask is not None:
+        T, S = q.shape[2], past_k.shape[2]
+        pm = past_mask if past_mask is not None else q.new_ones((T, S), dtype=torch.bool)
+        nm = new_mask if new_mask is not None else q.new_ones((T, T), dtype=torch.bool)
+        rows = torch.broadcast_shapes(pm.shape[:-1], nm.shape[:-1])
+        mask = torch.cat([pm.expand(*rows, S), nm.expand(*rows, T)], -1)
+    return F.scaled_dot_product_attention(q, torch.cat([past_k, k], 2), torch.cat([past_v, v], 2),
+                                          attn_mask=mask, enable_gqa=True)
+
+
 class Attention(nn.Module):
     def __init__(self, a: LlamaArgs, in_dim: int | None = None):
         """`in_dim`: width of the input when it is not a.dim (EAGLE-3's layer reads 2 x dim)."""
@@ -204,24 +273,22 @@ class Attention(nn.Module):
         self.v_proj = Linear(d, a.n_kv_heads * a.head_dim, bias=a.qkv_bias)
         self.o_proj = Linear(a.n_heads * a.head_dim, a.dim, bias=False)
 
-    def forward(self, x, cos, sin, layer_cache, start, mask):
-        """x [B,T,D]. With a cache, K/V land at slots start..start+T-1 and attention spans
-        slots 0..start+T-1 under `mask` ([T, start+T] bool, True = may attend; None = all)."""
+    def forward(self, x, cos, sin, past_k=None, past_v=None, past_mask=None, new_mask=None):
+        """x [B,T,D] -> (output [B,T,D], its K, its V [B, kv, T, d]). With past_k/past_v (a view
+        of the cache's slots before these tokens) attention spans them and the new tokens under
+        the masks (see `attend`); without, plain causal attention (training, feature extraction).
+        The caller stores the returned K/V (KVCache.write): the forward writes nothing."""
         B, T, _ = x.shape
         a = self.a
         q = self.q_proj(x).view(B, T, a.n_heads, a.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if layer_cache is None:  # training / feature extraction: plain causal attention
+        if past_k is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            kc, vc = layer_cache
-            kc[:, :, start:start + T] = k
-            vc[:, :, start:start + T] = v
-            k, v = kc[:, :, :start + T], vc[:, :, :start + T]
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+            out = attend(q, k, v, past_k, past_v, past_mask, new_mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1)), k, v
 
 
 class MLP(nn.Module):
@@ -243,22 +310,26 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(a.dim, a.norm_eps)
         self.mlp = MLP(a)
 
-    def forward(self, x, cos, sin, layer_cache, start, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer_cache, start, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, past_k=None, past_v=None, past_mask=None, new_mask=None):
+        """-> (output, its K, its V): Attention.forward's arguments and contract."""
+        o, k, v = self.self_attn(self.input_layernorm(x), cos, sin, past_k, past_v, past_mask, new_mask)
+        x = x + o
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 
-def attention_mask(prefix: int, tree_mask: torch.Tensor | None, T: int, device) -> torch.Tensor | None:
-    """[T, prefix + W] bool, True = may attend. Every new token sees the committed prefix; past it,
-    `tree_mask` ([T, W]: earlier tree slots that are ancestors, and self) or, when None, causal
-    order among the T new tokens (W = T)."""
+def split_masks(committed: int, start: int, tree_mask: torch.Tensor | None, T: int, device):
+    """(past_mask [T, start] or None, new_mask [T, T] or None) for T new tokens written at slots
+    start.. of a cache whose slots before `committed` are committed: those are always visible;
+    tree slots committed..start-1 and the new tokens follow `tree_mask` [T, start - committed + T]
+    (earlier tree slots that are ancestors, and self) or, when None, causal order among the new
+    tokens (start must then equal committed). None means all visible."""
+    tree = start - committed
     if tree_mask is None:
-        if T == 1:
-            return None
-        tree_mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    m = torch.ones(T, prefix + tree_mask.shape[1], dtype=torch.bool, device=device)
-    m[:, prefix:] = tree_mask
-    return m
+        return None, (torch.ones(T, T, dtype=torch.bool, device=device).tril() if T > 1 else None)
+    past = None
+    if tree > 0:
+        past = torch.cat([torch.ones(T, committed, dtype=torch.bool, device=device), tree_mask[:, :tree]], 1)
+    return past, tree_mask[:, tree:]
 
 
 class LlamaModel(nn.Module):
@@ -275,7 +346,7 @@ class LlamaModel(nn.Module):
         if a.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self._cos = self._sin = None
-        self.compiled = None  # a compiled.CompiledTarget, when one is attached: forward_logits uses it
+        self.compiled = None  # the compiled forward (compiled.CompiledTarget) when attached: forward_logits uses it
         # What an EAGLE-3 draft head reads (load_bundle sets it from the head): the hidden states
         # entering these layers (n_layers = the last layer's output, before the final norm),
         # side by side. Empty: the head reads the final post-norm features.
@@ -285,6 +356,10 @@ class LlamaModel(nn.Module):
         """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
         self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, self.lm_head.weight)
         return self._cos, self._sin
+
+    def rope_at(self, positions: torch.Tensor):
+        """cos/sin rows of these positions (the tables cover every cache this model made)."""
+        return self._cos[positions], self._sin[positions]
 
     def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
         """A KV cache for one sequence (or a batch); decoders own theirs, so sessions never
@@ -304,8 +379,8 @@ class LlamaModel(nn.Module):
         start, T = cache.length, tokens.numel()
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
-        mask = attention_mask(start, tree_mask, T, tokens.device)
-        return self.forward_batch(cache, tokens.view(1, T), positions, mask, aux)[0]
+        _, new_mask = split_masks(start, start, tree_mask, T, tokens.device)
+        return self._run(cache, tokens.view(1, T), positions, None, new_mask, aux)[0]
 
     @torch.no_grad()
     def forward_draft(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
@@ -324,8 +399,8 @@ class LlamaModel(nn.Module):
     def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                        tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_draft, then the logits of every row: (what the draft head reads [T, F], logits
-        [T, vocab]). Through the compiled packages when attached and one fits T (compiled.py; built
-        for this model's `aux_layers`), else eager."""
+        [T, vocab]). Through the compiled backend when one is attached and serves T (compiled.py
+        runs `step`, this same code, compiled), else eager."""
         if self.compiled is not None:
             out = self.compiled.run(cache, tokens, positions, tree_mask)
             if out is not None:
@@ -337,21 +412,45 @@ class LlamaModel(nn.Module):
     def forward_batch(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                       mask: torch.Tensor | None, aux: list | None = None) -> torch.Tensor:
         """tokens [B,T] written at slots cache.length.. of each row; positions [T] or [B,T];
-        mask broadcastable to [B,1,T,length+T]. Returns features [B,T,dim]. `aux`, a list, receives
-        the hidden states [B,T,dim] entering the layers in `aux_layers`, in layer order."""
+        mask broadcastable to [B,1,T,length+T] (None: all visible). Returns features [B,T,dim].
+        `aux`, a list, receives the hidden states [B,T,dim] entering the layers in `aux_layers`,
+        in layer order."""
         start = cache.length
-        cos, sin = self._cos[positions], self._sin[positions]
+        past_mask, new_mask = (None, None) if mask is None else (mask[..., :start], mask[..., start:])
+        return self._run(cache, tokens, positions, past_mask, new_mask, aux)
+
+    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None):
+        """`step` over the cache's committed slots, then its new K/V stored after them."""
+        start = cache.length
+        cos, sin = self.rope_at(positions)
         if cos.dim() == 3:  # per-row positions: [B,1,T,d] to broadcast over heads
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        taps = self.aux_layers if aux is not None else ()
-        x = self.embed_tokens(tokens)
+        feats, taps, new_k, new_v = self.step(self.embed_tokens(tokens), cos, sin, cache.k[:, :, :, :start],
+                                              cache.v[:, :, :, :start], past_mask, new_mask,
+                                              with_aux=aux is not None)
+        for i in range(len(self.layers)):
+            cache.write(i, start, new_k[i], new_v[i])
+        if aux is not None:
+            aux.extend(taps)
+        return feats
+
+    def step(self, x: torch.Tensor, cos, sin, past_k: torch.Tensor, past_v: torch.Tensor,
+             past_mask: torch.Tensor | None, new_mask: torch.Tensor | None, with_aux: bool = False):
+        """The target's forward, pure (the eager path and the compiled packages run this code):
+        embeddings x [B,T,D] after the cached slots past_k/past_v [L,B,kv,S,d] (views) ->
+        (post-norm features [B,T,D], the states entering the `aux_layers` (with_aux), the new K
+        and V [L,B,kv,T,d])."""
+        taps = self.aux_layers if with_aux else ()
+        aux, new_k, new_v = [], [], []
         for i, layer in enumerate(self.layers):
             if i in taps:
                 aux.append(x)
-            x = layer(x, cos, sin, (cache.k[i], cache.v[i]), start, mask)
+            x, k, v = layer(x, cos, sin, past_k[i], past_v[i], past_mask, new_mask)
+            new_k.append(k)
+            new_v.append(v)
         if len(self.layers) in taps:
             aux.append(x)
-        return self.norm(x)
+        return self.norm(x), aux, torch.stack(new_k), torch.stack(new_v)
 
     def forward_full(self, tokens: torch.Tensor, aux: list | None = None) -> torch.Tensor:
         """Causal forward over [B, T] without a cache (training features). Returns [B, T, dim];
@@ -364,7 +463,7 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.layers):
             if i in taps:
                 aux.append(x)
-            x = layer(x, cos, sin, None, 0, None)
+            x = layer(x, cos, sin)[0]
         if len(self.layers) in taps:
             aux.append(x)
         return self.norm(x)

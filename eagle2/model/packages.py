@@ -15,7 +15,7 @@ import torch
 from ..files import atomic_write, read_json
 from .llama import LlamaModel
 
-FORMAT = 2  # bump when an exported function's signature changes: old packages are not loaded
+FORMAT = 3  # bump when an exported function's signature or a package's layout changes: old ones are not loaded
 META = "meta.json"
 
 
@@ -44,15 +44,20 @@ def head_prefix(head) -> str:
     return f"head-{fingerprint(head, head.lm_weight)}-"
 
 
+def blob_path(so: Path) -> Path:
+    """The constants blob beside a package's shared library (constants.py reads it)."""
+    return so.with_suffix(".blob")
+
+
 def unpack(pt2: Path, so: Path) -> None:
-    """Extract a package's shared library (weights inside) and its custom-op table beside it, then
-    drop the package: loading the .so maps it in ~0.6 s, where loading the .pt2 extracts its 1 GB
-    again at every start (3-9 s, measured)."""
+    """Extract a package's shared library and its constants blob (built apart: constants.py), then
+    drop the package: loading the .so takes well under a second, where loading the .pt2 extracts
+    it again at every start."""
     with zipfile.ZipFile(pt2) as z:
         names = z.namelist()
         lib = next(n for n in names if n.endswith(".wrapper.so"))
-        table = next(n for n in names if n.endswith(".wrapper.json"))
-        for member, dst in ((table, so.with_suffix(".json")), (lib, so)):  # the .so last: it marks completion
+        blob = next(n for n in names if n.endswith(".blob"))
+        for member, dst in ((blob, blob_path(so)), (lib, so)):  # the .so last: it marks completion
             tmp = dst.with_name(f"{dst.name}.{os.getpid()}.part")
             with z.open(member) as src, open(tmp, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 24)
