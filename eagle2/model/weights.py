@@ -143,14 +143,28 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
     tmp.rename(dest)
 
 
-def resolve_target(target: str) -> Path | str:
-    """Turn a --target value into a local folder (converted if needed) or an HF id."""
+def embedded_key(target: str) -> str | None:
+    """The PYPI_GGUF key a --target value names (a preset of an embedded model, or
+    "pypi-gguf:<key>"), or None for a local folder or a Hub id."""
     if target in PRESETS:
         target = PRESETS[target].target
     if target.startswith("pypi-gguf:"):
         key = target.split(":", 1)[1]
         if key not in PYPI_GGUF:
             raise UserError(f"Unknown embedded model {key!r}; known: {', '.join(PYPI_GGUF)}.")
+        return key
+    return None
+
+
+def embedded_gguf(key: str) -> Path:
+    """The embedded model's GGUF file itself (sha256-checked; fetched once like the model)."""
+    return _locate_gguf(PYPI_GGUF[key])
+
+
+def resolve_target(target: str) -> Path | str:
+    """Turn a --target value into a local folder (converted if needed) or an HF id."""
+    key = embedded_key(target)
+    if key is not None:
         dest = cache_dir() / "models" / key
         if not (dest / "model.safetensors").exists():
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ warm-up. Speedup = tokens/s over `plain` (same model code) in the same run; tau 
 per target forward. Writes DIR/summary.json and DIR/per_prompt.csv; `python -m viz.report DIR`
 renders them as an HTML report.
 External baselines: `hf` (transformers' generate, greedy, same weights) and `hf-pld` (its
-prompt-lookup decoding).
+prompt-lookup decoding); llama.cpp as a peer, `llama.cpp-q4_1` (the embedded GGUF as shipped) and
+`llama.cpp-f32` (its weights dequantised to F32, as the engine's), where llama-cpp-python is
+installed (the `llamacpp` extra; tools/llamacpp.py).
 """
 from __future__ import annotations
 
@@ -34,9 +36,12 @@ from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
 from ..machine import cpu_info, describe_cpu
+from .llamacpp import PEERS, LlamaCppPeer, missing_reason, skip_line, version as llama_cpp_version
 from .prompt_files import read_prompts
 
-BASELINES = ("hf", "hf-pld")  # transformers' generate and its prompt lookup, not tree policies
+# transformers' generate and its prompt lookup, and llama.cpp: not tree policies, and not held to
+# plain's tokens (their identity with plain is reported, not required)
+BASELINES = ("hf", "hf-pld", *PEERS)
 
 
 
@@ -59,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", required=True, help="MT-bench format jsonl (question_id, category, turns)")
     ap.add_argument("--policies", default="plain,static,eagle2",
                     help="comma list: plain, any registered tree policy (eagle2, eagle2-auto, eagle2-auto-n, "
-                         "static, ddd, dyspec, lantern, ...), hf, hf-pld; a name ending in @eager runs on the "
+                         "static, ddd, dyspec, lantern, ...), hf, hf-pld, llama.cpp-q4_1, llama.cpp-f32 (with the "
+                         "llamacpp extra installed); a name ending in @eager runs on the "
                          "eager forward while the others use the compiled one (e.g. plain@eager), one ending "
                          "in @eager-head with the compiled target but the eager draft head")
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -175,7 +181,7 @@ def run_one(bundle, runner, q, sp, max_new) -> dict:
     ids_all = []
     for turn in q["turns"]:
         msgs.append({"role": "user", "content": turn})
-        if isinstance(runner, HFBaseline):
+        if isinstance(runner, (HFBaseline, LlamaCppPeer)):
             r = runner.run(chat_ids(bundle.tokenizer, msgs), max_new, bundle.eos_ids)
             text = bundle.tokenizer.decode(r["token_ids"], skip_special_tokens=True)
         else:
@@ -236,6 +242,7 @@ def main(argv=None) -> int:
     check(len(rows) > 0, "No policies given.")
     if PLAIN_ROW not in rows:
         rows = [PLAIN_ROW] + rows  # speedups are relative to plain, measured in the same run
+    rows, skipped = without_missing_peers(rows)
     tree_kw = {"total_tokens": a.total_tokens, "depth": a.depth, "top_k": a.top_k}
     own = {r.policy: cli_kwargs(r.policy, a, strict=False)
            for r in rows if not is_plain(r.policy) and not r.baseline}  # before loading
@@ -257,6 +264,10 @@ def main(argv=None) -> int:
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
                     "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": "python -m eagle2 bench " + " ".join(argv or [])})
+    if skipped:
+        summary["skipped_rows"] = skipped
+    if any(isinstance(r, LlamaCppPeer) for _, r in variants):
+        summary["machine"]["llama_cpp_python"] = llama_cpp_version()
     profile = cached_profile(bundle)
     if profile:  # the t(N) table a cost-aware policy started from (the last quiet measurement, plausible or not)
         summary["verify_profile_s"] = profile
@@ -266,14 +277,30 @@ def main(argv=None) -> int:
     return 0
 
 
+def without_missing_peers(rows: list[Row]) -> tuple[list[Row], dict[str, str]]:
+    """The rows less the llama.cpp ones where llama_cpp cannot be imported, said in one line on
+    stderr (before anything loads), and {label: why} for the summary."""
+    peers = [r.label for r in rows if r.policy in PEERS]
+    reason = missing_reason() if peers else None
+    if reason is None:
+        return rows, {}
+    print(skip_line(peers, reason), file=sys.stderr, flush=True)
+    return [r for r in rows if r.policy not in PEERS], {p: reason for p in peers}
+
+
 def build_variants(a, bundle, rows: list[Row], sp, tree_kw, own) -> list[tuple[Row, object]]:
-    """(row, runner) pairs: an HF baseline, or a factory of fresh decoders (validated now)."""
+    """(row, runner) pairs: an HF baseline, a llama.cpp peer, or a factory of fresh decoders
+    (validated now)."""
     variants: list[tuple[Row, object]] = []
     for row in rows:
         n = row.policy
         if row.baseline:
+            check(sp.greedy, f"The baseline {row.label} is greedy only: use --temperature 0.")
+            if n in PEERS:
+                variants.append((row, LlamaCppPeer(n, a.target, torch.get_num_threads(),
+                                                   bundle.target.args.max_positions, seed=a.seed)))
+                continue
             from ..model.weights import resolve_target
-            check(sp.greedy, "The hf baselines are greedy only: use --temperature 0.")
             variants.append((row, HFBaseline(bundle, resolve_target(a.target), n == "hf-pld")))
         else:
             kw = own.get(n, {})
