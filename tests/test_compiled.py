@@ -552,3 +552,42 @@ def test_eagle3_target_packages_return_the_aux_states_and_decode_exactly(eagle3_
                 assert decode(b, policy, p, **kw) == ref, (policy, p)
     finally:
         m.compiled = b.head.compiled = None
+
+
+@pytest.mark.slow
+def test_every_package_points_at_one_copy_of_the_weights(tiny, compiled_tiny):
+    """The target's buckets and the head's package hold no weights of their own: each constant is
+    the model's own tensor or the one shared packed copy (constants.py), and that copy is no
+    larger than one package's packed weights."""
+    model_ptrs = {t.data_ptr() for m in (tiny.target, tiny.head) for t in m.state_dict().values()}
+    model_ptrs.add(tiny.head.lm_weight.data_ptr())
+    shared = {t.data_ptr() for t in compiled_tiny.constants._by_content.values()}
+    per_package = []
+    for s in compiled_tiny.sets:
+        for T, runner in s.runners.items():
+            consts = runner.container.extract_constants_map(False)
+            assert consts, (s.kind, T)
+            ptrs = {t.data_ptr() for t in consts.values()}
+            assert ptrs <= model_ptrs | shared, (s.kind, T)
+            per_package.append(sum(t.numel() * t.element_size() for t in consts.values()
+                                   if t.data_ptr() in shared))
+    assert compiled_tiny.constants.bytes_held() <= sum(per_package)
+    target_packed = [n for n in per_package[:len(compiled_tiny.runners)]]
+    assert len(set(target_packed)) == 1  # the target's buckets pack alike: they share every copy
+
+
+@pytest.mark.slow  # builds the extension (30 s)
+def test_the_gil_free_runner_builds_and_runs_a_package(compiled_tiny, tiny):
+    """The packages run through the extension that lets go of the GIL (nogil.py), with the results
+    of torch's own binding."""
+    from eagle2.model import nogil
+    assert nogil.build() and nogil.built().exists()
+    run, releases = nogil.run_function()
+    assert releases
+    runner = compiled_tiny.target.runners[4]
+    m = tiny.target
+    cache = prefilled(tiny)
+    args = [torch.arange(4), *m.rope_at(torch.arange(9, 13)), cache.k, cache.v,
+            torch.ones(4, 9, dtype=torch.bool), torch.ones(4, 4, dtype=torch.bool).tril()]
+    ours, theirs = run(runner.container, args), runner.container.run(args)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))

@@ -3,8 +3,8 @@
 torch's Python binding of the package runner keeps the GIL for the whole forward, so while one
 session's forward runs no other Python thread moves: not another session's forward, not the page.
 The packages run no Python (llama.attend), so nothing stops the GIL from being let go: the
-extension does exactly that. It is built once per torch and source (about 30 s: a C++ compiler
-and ninja, as the packages themselves need) into the cache folder, by whatever builds packages
+extension does exactly that. It is built once per torch and source (about 30 s with the C++
+compiler the packages themselves are built with) into the cache folder, by whatever builds packages
 (`python -m eagle2 compile`, the app's background compile); the forward only imports what was
 built. Without it a package runs through torch's binding: the same results, one forward at a time.
 """
@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import shutil
-import tempfile
+import subprocess
+import sysconfig
 from pathlib import Path
 
 import torch
 from filelock import FileLock
+
+from ..files import atomic_path
 
 NAME = "eagle2_aoti_runner"
 SOURCE = Path(__file__).with_name("aoti_runner.cpp")
@@ -29,11 +31,27 @@ def folder() -> Path:
     """Where the built extension lives: keyed by torch and the source."""
     from .weights import cache_dir
     key = hashlib.sha256(f"{torch.__version__}|{SOURCE.read_text()}".encode()).hexdigest()[:12]
-    return cache_dir() / "compiled" / f"nogil-{key}"
+    return cache_dir() / "nogil" / key  # beside compiled/, whose folders are pruned by their record
 
 
 def built() -> Path:
     return folder() / f"{NAME}.so"
+
+
+def compile_command(out: Path) -> list[str]:
+    """The compiler call that builds the extension: torch's headers and libraries, and the pybind11
+    ABI torch was built with (so that the extension takes torch's own runner objects)."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch.utils.cpp_extension import include_paths, library_paths
+    abi = [f'-DPYBIND11_{n}="{getattr(torch._C, f"_PYBIND11_{n}")}"' for n in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI")
+           if getattr(torch._C, f"_PYBIND11_{n}", None) is not None]
+    libs = library_paths()
+    return [get_cpp_compiler(), "-O2", "-shared", "-fPIC", "-std=c++20",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            f"-DTORCH_EXTENSION_NAME={NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", *abi,
+            *[f"-I{d}" for d in include_paths()], f"-I{sysconfig.get_paths()['include']}",
+            str(SOURCE), "-o", str(out), *[f"-L{d}" for d in libs], *[f"-Wl,-rpath,{d}" for d in libs],
+            "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
 
 
 def build(log=None) -> bool:
@@ -46,12 +64,11 @@ def build(log=None) -> bool:
         with FileLock(str(target.parent / "build.lock"), timeout=600):
             if target.exists():
                 return True
-            from torch.utils.cpp_extension import load
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # the .so is renamed in whole
-                load(name=NAME, sources=[str(SOURCE)], build_directory=tmp, extra_cflags=["-O2"], verbose=False)
-                shutil.move(str(Path(tmp) / f"{NAME}.so"), str(target.with_suffix(".so.part")))
-            target.with_suffix(".so.part").rename(target)
-    except Exception as e:  # no compiler or ninja: packages run through torch's binding
+            with atomic_path(target, suffix=".so") as tmp:  # renamed into place when whole
+                done = subprocess.run(compile_command(tmp), capture_output=True, text=True, timeout=600)
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+    except Exception as e:  # no compiler: packages run through torch's binding
         (log or logging.getLogger(__name__).warning)(f"GIL-free runner not built ({type(e).__name__}: {e})")
         return False
     if log:
