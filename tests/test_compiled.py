@@ -419,6 +419,29 @@ def test_real_model_greedy_identity_on_compiled_path(real_bundle, compiled_real)
         real_bundle.target.compiled = real_bundle.head.compiled = None
 
 
+@pytest.mark.slow
+def test_one_token_and_n_token_logits_are_bitwise_equal_row_for_row(real_bundle, compiled_real):
+    """On the real model, through one package (one kernel shape, one packing): a token's logits
+    from a one-token forward equal, bit for bit, its row in a four-token forward over the same
+    context, whether the other rows are its siblings (each sees the cache and itself) or its
+    descendants (a chain: row 0 sees the cache and itself). Rows never leak into each other."""
+    m = real_bundle.target
+    ids = real_bundle.tokenizer("Speculative decoding verifies a tree of guesses in one forward. " * 3)["input_ids"]
+    cache = m.new_cache(256)
+    m.forward_cached(cache, torch.tensor(ids), torch.arange(len(ids)))
+    cache.advance(len(ids))
+    L = len(ids)
+    toks = torch.tensor([1010, 28, 9038, 355])
+    alone = [compiled_real.run(cache, toks[i:i + 1], torch.tensor([L]), None)[1][0] for i in range(4)]
+    siblings = compiled_real.run(cache, toks, torch.full((4,), L), torch.eye(4, dtype=torch.bool))[1]
+    chain = compiled_real.run(cache, toks, torch.arange(L, L + 4), None)[1]
+    for i in range(4):
+        assert torch.equal(siblings[i], alone[i]), i
+    assert torch.equal(chain[0], alone[0])
+    eager = m.logits(m.forward_cached(cache, toks[:1], torch.tensor([L])))[0]
+    assert (eager - alone[0]).abs().max().item() < ATOL  # and the eager forward agrees to rounding
+
+
 # ------------------------------------------------------------------ the CLIs around it
 
 @pytest.mark.slow

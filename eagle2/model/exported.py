@@ -25,6 +25,12 @@ from ..files import atomic_path
 from .llama import plain_linears
 
 
+# inductor's own C++ GEMM over weights it packs once, for every matmul: with ATen also offered,
+# autotuning at build time once gave the T=8 LM head to MKL, which repacks its 113 MB weight on
+# every call (the T=8 forward took 67 ms against 28 ms at T=4; measured, benchmarks/one-graph)
+GEMM_BACKENDS = "CPP"
+
+
 class TreeForward(nn.Module):
     """The target's `step` and logits, with the cache's visible width taken from the past mask."""
 
@@ -98,7 +104,7 @@ def build_package(kind: str, module, T: int, path: Path, autotune: bool = True) 
         ep = torch.export.export(fn.eval(), example, dynamic_shapes=shapes)
     with atomic_path(path, suffix=".part.pt2") as tmp:  # renamed when whole (AOTInductor wants .pt2)
         torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp), inductor_configs={
-            "freezing": True, "max_autotune": autotune, "max_autotune_gemm_backends": "CPP,ATEN",
+            "freezing": True, "max_autotune": autotune, "max_autotune_gemm_backends": GEMM_BACKENDS,
             # the weights in a blob beside the library, so that packages can share one copy
             "aot_inductor.package_constants_in_so": False,
             "aot_inductor.package_constants_on_disk_format": "binary_blob"})
