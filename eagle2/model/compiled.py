@@ -55,8 +55,7 @@ class Runner:
     instances waits for one inside the container."""
 
     def __init__(self, so: Path, blob: Path, constants: SharedConstants, function, slots: int = RUN_SLOTS):
-        self.container = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), slots)
-        constants.adopt(self.container, function, blob)
+        self.container = constants.load(so, blob, function, slots)
         self._run, self.releases_gil = nogil.run_function()
 
     def __call__(self, *args):

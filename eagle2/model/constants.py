@@ -2,11 +2,11 @@
 
 Packages are built without their weights in the shared library (AOTInductor's
 `package_constants_in_so=False`); each comes with a blob of its constants instead: the frozen
-parameters under their own names, and the copies inductor packed for its GEMM kernels. A package
-loads its blob for a moment, then every constant is pointed (`user_managed`, no copy) at one
+parameters under their own names, and the copies inductor packed for its GEMM kernels. A package's
+blob is read for a moment, then every constant is pointed (`user_managed`, no copy) at one
 tensor held here: a parameter at the model's own tensor, a packed copy at the first identical one
 any package brought (buckets of one model pack alike: measured identical across T = 1, 4 and 8),
-and the package's own copy is freed. Three target buckets and a head then hold the model's weights
+and the package's own copy is dropped. Three target buckets and a head then hold the model's weights
 once plus one packed copy, where each used to hold both (1.08 GB a package for SmolLM2-135M).
 """
 from __future__ import annotations
@@ -35,19 +35,21 @@ class SharedConstants:
         """Bytes of the packed copies held here (the parameters are the model's own)."""
         return sum(t.numel() * t.element_size() for t in self._by_content.values())
 
-    def adopt(self, runner, function: nn.Module, blob: Path) -> None:
-        """Give `runner` (an AOTIModelContainerRunnerCpu of a package built from `function`) its
-        constants from `blob`, then swap each for the shared tensor with the same content and free
-        its own copies. Call before the runner serves (it swaps the active constant buffer)."""
-        runner.update_constant_buffer_from_blob(str(blob))
-        internal = {fqn: name for name, fqn in runner.get_constant_names_to_original_fqns().items()}
-        own = runner.extract_constants_map(False)  # original name -> tensor in the runner's buffer
+    def load(self, so: Path, blob: Path, function: nn.Module, instances: int):
+        """A runner (AOTIModelContainerRunnerCpu) of the package `so` built from `function`, every
+        constant pointed at the shared tensor with its content. The blob is read once, into a
+        probe runner dropped before the real one is made: a runner frees no blob it has loaded,
+        not even after swapping its constants for others (measured: 1 GB kept per package)."""
+        probe = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), 1)
+        probe.update_constant_buffer_from_blob(str(blob))
+        internal = {fqn: name for name, fqn in probe.get_constant_names_to_original_fqns().items()}
+        own = probe.extract_constants_map(False)  # original name -> tensor in the probe's blob
         with self._lock:
             shared = {internal.get(fqn, fqn): self._shared(fqn, t, function) for fqn, t in own.items()}
-        del own
-        runner.update_constant_buffer(shared, True, True, True)  # inactive buffer, all names, user-managed
-        runner.swap_constant_buffer()
-        runner.free_inactive_constant_buffer()  # the blob's copy
+        del own, probe  # the blob's copy goes with the probe
+        runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(so), instances)
+        runner.update_constant_buffer(shared, False, True, True)  # active buffer, all names, user-managed
+        return runner
 
     def _shared(self, fqn: str, t: torch.Tensor, function: nn.Module) -> torch.Tensor:
         own = _module_tensor(function, fqn)
