@@ -56,7 +56,7 @@ class Runner:
 
     def __init__(self, so: Path, blob: Path, constants: SharedConstants, function, slots: int = RUN_SLOTS):
         self.container = constants.load(so, blob, function, slots)
-        self._run, self.releases_gil = nogil.run_function()
+        self._run, _ = nogil.run_function()  # the GIL-free one when built
 
     def __call__(self, *args):
         return self._run(self.container, list(args))

@@ -7,7 +7,6 @@ The same Block serves the target and the EAGLE draft head (which has no input no
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass, field
 
 import torch
