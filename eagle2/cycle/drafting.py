@@ -12,14 +12,16 @@ import torch
 
 from ..model.head import DraftHead
 from ..model.llama import KVCache
+from ..phases import PhaseClock
 from .sampling import SamplingParams
 
 
 class HeadRunner:
     def __init__(self, head: DraftHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
                  sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
-                 root_logp: torch.Tensor | None = None):
+                 root_logp: torch.Tensor | None = None, clock: PhaseClock | None = None):
         self.head = head
+        self.clock = clock or PhaseClock()        # the cycle's: each head call is its draft_head phase
         self.sampling = sampling or SamplingParams()
         self.gen = gen if gen is not None else torch.Generator().manual_seed(0)
         self.cache = cache
@@ -54,7 +56,9 @@ class HeadRunner:
         mask = torch.from_numpy(self.anc[s0: s0 + k, : s0 + k].copy()).to(dev)
         tok = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.tensor([self.base_pos + d for d in depths], dtype=torch.long, device=dev)
+        self.clock.lap("draft_tree")              # the tree's work since the last call, these inputs
         g, logp = self.head.forward_logprobs(self.cache, parent_g, tok, pos, self.start + s0, mask)
+        self.clock.lap("draft_head")
         self.used += k
         self.calls += 1
         return g, logp, list(range(s0, s0 + k))

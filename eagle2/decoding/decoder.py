@@ -29,20 +29,21 @@ from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
 from ..model.timing import sync
+from ..phases import GROUPS, PhaseClock, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
 from .recording import TraceRecorder, preview_trace, run_meta
 from .text import TextStream
 
 MAX_NEW_TOKENS = 4096
-NO_TIME = {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}
+NO_TIME = PhaseClock().spent   # every phase at 0 s (eagle2/phases.py)
 
 
 @dataclass(frozen=True)
 class Reading:
     """The draft head's reading of the context: its predicted feature at the root, the log-probs
-    of the root's children, and the seconds absorbing took (they count as the next cycle's drafting,
-    whenever the absorbing ran)."""
+    of the root's children, and the seconds absorbing took (they count as the next cycle's
+    draft_head phase, whenever the absorbing ran)."""
     g: torch.Tensor
     logp: torch.Tensor
     seconds: float
@@ -66,7 +67,7 @@ class DecodeState:
     cycle: int = 0                            # the next step's number (prefill is cycle 0)
     target_forwards: int = 0
     draft_calls: int = 0
-    spent: tuple[tuple[str, float], ...] = tuple(NO_TIME.items())   # where the wall time went
+    spent: tuple[tuple[str, float], ...] = tuple(NO_TIME.items())   # seconds per phase, every cycle
     finished: str | None = None               # "eos", "max_new_tokens", "context" once done
 
 
@@ -125,19 +126,23 @@ class Decoder:
         cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
         cache, hcache = self.b.target.new_cache(cap), self.b.head.new_cache(cap + 1024)
 
-        t0 = self._now()
+        clock = self._clock()
         tokens = torch.tensor(ids, dtype=torch.long, device=dev)
+        clock.lap("verify_inputs")
         feats, head_feats = self.b.target.forward_draft(cache, tokens, torch.arange(len(ids), device=dev))
+        logits = self.b.target.logits(feats[-1])
+        clock.lap("target_forward")
+        root = choose(logits, self.sampling, accept_gen)
+        clock.lap("accept")
         cache.advance(len(ids))
-        root = choose(self.b.target.logits(feats[-1]), self.sampling, accept_gen)
         s = DecodeState(prompt_ids=tuple(ids), cache=cache, hcache=hcache, root=root,
                         pending=(head_feats, ids[1:] + [root]), reading=None,
                         accept_gen=accept_gen, draft_gen=draft_gen, target_forwards=1)
-        timings = {**NO_TIME, "verify_s": self._now() - t0}
+        clock.lap("cache_commit")
         self.state = s
         self.text_stream = TextStream(self.b.tokenizer)
         self.recorder = TraceRecorder(self.b, run_meta(self))
-        return self._conclude(s, [root], None, timings)
+        return self._conclude(s, [root], None, clock.timings())
 
     # ------------------------------------------------------------------ one cycle
     @DECODING
@@ -146,8 +151,8 @@ class Decoder:
         s = self._live_state()
         check(s.finished is None, f"Generation has finished ({s.finished}); reset to start again.")
         if self.policy is None:
-            s, tok, timings = self.plain_step(s)
-            return self._conclude(s, [tok], None, timings)
+            s, tok, clock = self.plain_step(s)
+            return self._conclude(s, [tok], None, clock.timings())
         s, c = self.speculate(s, self.policy, s.draft_gen, s.accept_gen)
         return self._conclude(s, c.path_tokens + [c.bonus], c, c.timings)
 
@@ -157,64 +162,75 @@ class Decoder:
         page's preview of another policy on this context) the state that comes back is the one
         that went in, absorbed; the policy learns nothing."""
         b, dev = self.b, self.b.device
+        clock = self._clock()   # the cycle's phases (eagle2/phases.py): each lap closes one
         # 1. The head reads what the last cycle committed (perhaps already: Decoder.absorb).
-        s = self.absorbed(s)
-        t0 = self._now()
+        s = self.absorbed(s, clock)
         # 2. Draft a tree under the root: the policy decides its shape.
         hc = s.hcache
         runner = HeadRunner(b.head, hc, s.reading.g, base_pos=hc.length - 1, sampling=self.sampling,
-                            gen=draft_gen, root_logp=s.reading.logp)
+                            gen=draft_gen, root_logp=s.reading.logp, clock=clock)
         tree = policy.draft(runner, s.root)
-        t1 = self._now()
+        clock.lap("draft_tree")
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
         #    land after the committed tokens, in this state's cache view).
         L = s.cache.length
         cache = self._room(s.cache, L + tree.n_kept)
         vb = layout(tree, L, dev)
-        feats, logits = b.target.forward_logits(cache, vb.tokens, vb.positions, vb.mask)
+        feats, logits = b.target.forward_logits(cache, vb.tokens, vb.positions, vb.mask, clock=clock)
+        clock.lap("target_forward")
         # 4. Accept a path by the policy's rule (lossless unless it says otherwise) and a bonus token.
         path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
-        t2 = self._now()
-        c = Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus,
-                  timings={"draft_s": s.reading.seconds + t1 - t0, "verify_s": t2 - t1, "commit_s": 0.0})
+        clock.lap("accept")
+        c = Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus, timings={})
         if not commit:
+            c.timings = clock.timings()
             return s, c
-        policy.observe(tree.n_kept, t2 - t1)
+        # what t(N) measures: the forward and its inputs
+        policy.observe(tree.n_kept, clock.spent["verify_inputs"] + clock.spent["target_forward"])
+        clock.lap("policy")
         # 5. Commit: keep the accepted nodes' K/V, give their features to the head next cycle; the
         #    bonus token becomes the next root.
         keep = [0] + path_pos
         cache.commit(torch.tensor([L + p for p in keep], device=dev))
         s = replace(s, cache=cache, root=bonus, pending=(feats[keep], c.path_tokens + [bonus]), reading=None,
                     target_forwards=s.target_forwards + 1, draft_calls=s.draft_calls + tree.draft_calls)
-        c.timings["commit_s"] = self._now() - t2
+        clock.lap("cache_commit")
+        c.timings = clock.timings()
         return s, c
 
-    def absorbed(self, s: DecodeState) -> DecodeState:
+    def absorbed(self, s: DecodeState, clock: PhaseClock | None = None) -> DecodeState:
         """The state with the pending (target feature, next token) pairs fed to the head: its last
         output predicts the feature at the root, whose logits give the root's children. The state
-        given stays as it was (the head's K/V go past its head cache's length)."""
+        given stays as it was (the head's K/V go past its head cache's length). With `clock` (a
+        cycle's), the absorbing's seconds are charged to its draft_head phase, now or, when it ran
+        earlier, as it took then."""
         if s.reading is not None:
+            if clock is not None:
+                clock.add("draft_head", s.reading.seconds)
             return s
-        t0 = self._now()
+        clock = clock or self._clock()
         feats, toks = s.pending
         hc, n, dev = copy.copy(s.hcache), len(toks), self.b.device
         g, logp = self.b.head.forward_logprobs(hc, feats, torch.tensor(toks, device=dev),
                                                torch.arange(hc.length, hc.length + n, device=dev), hc.length)
         hc.advance(n)
-        return replace(s, hcache=hc, pending=None, reading=Reading(g[-1], logp[-1], self._now() - t0))
+        seconds = clock.lap("draft_head")
+        return replace(s, hcache=hc, pending=None, reading=Reading(g[-1], logp[-1], seconds))
 
-    def plain_step(self, s: DecodeState) -> tuple[DecodeState, int, dict]:
-        """One target forward on the root: the next token (state, token, timings)."""
-        t0 = self._now()
+    def plain_step(self, s: DecodeState) -> tuple[DecodeState, int, PhaseClock]:
+        """One target forward on the root: the next token (state, token, the step's clock)."""
+        clock = self._clock()
         cache = self._room(s.cache, s.cache.length + 1)
         dev = self.b.device
         _, logits = self.b.target.forward_logits(cache, torch.tensor([s.root], device=dev),
-                                                 torch.tensor([cache.length], device=dev))
+                                                 torch.tensor([cache.length], device=dev), clock=clock)
+        clock.lap("target_forward")
         nxt = choose(logits[0], self.sampling, s.accept_gen)
-        t1 = self._now()
+        clock.lap("accept")
         cache.advance(1)
-        return replace(s, cache=cache, root=nxt, target_forwards=s.target_forwards + 1), nxt, \
-            {**NO_TIME, "verify_s": t1 - t0}
+        s = replace(s, cache=cache, root=nxt, target_forwards=s.target_forwards + 1)
+        clock.lap("cache_commit")
+        return s, nxt, clock
 
     @DECODING
     def absorb(self) -> None:
@@ -258,6 +274,10 @@ class Decoder:
         sync(self.b.device)
         return time.perf_counter()
 
+    def _clock(self) -> PhaseClock:
+        """A clock for one step, started now (eagle2/phases.py), reading this decoder's time."""
+        return PhaseClock(self._now)
+
     def _room(self, cache: KVCache, n: int) -> KVCache:
         """A view of the cache for this cycle, with room for n slots (a larger copy if need be)."""
         if n <= cache.max_len:
@@ -284,8 +304,7 @@ class Decoder:
             finished = finished or "max_new_tokens"
         if s.cache.length + 2 >= self.b.target.args.max_positions - 1:
             finished = finished or "context"
-        timings["total_s"] = timings["draft_s"] + timings["verify_s"] + timings["commit_s"]
-        spent = tuple((k, v + timings[k]) for k, v in s.spent)
+        spent = tuple((k, v + timings[key(k)]) for k, v in s.spent)
         self.state = s = replace(s, generated=s.generated + tuple(out), finished=finished, spent=spent,
                                  cycle=s.cycle + 1)
         st = StepTrace(
@@ -331,9 +350,15 @@ class Decoder:
         return self.state.draft_calls
 
     @property
-    def split(self) -> dict[str, float]:
-        """Seconds spent drafting, verifying and committing, over every cycle."""
+    def phases(self) -> dict[str, float]:
+        """Seconds spent in each phase of a cycle (eagle2/phases.py), over every step."""
         return dict(self.state.spent)
+
+    @property
+    def split(self) -> dict[str, float]:
+        """Seconds spent drafting, verifying and committing, over every step."""
+        ph = self.phases
+        return {g: sum(ph[p] for p in ps) for g, ps in GROUPS.items()}
 
     @property
     def text(self) -> str:
@@ -345,8 +370,8 @@ class Decoder:
 
     @property
     def wall(self) -> float:
-        """Seconds of this decoder's own work: drafting + verifying + committing, every cycle."""
-        return sum(self.split.values())
+        """Seconds of this decoder's own work: every phase of every step."""
+        return sum(self.phases.values())
 
     @property
     def tau(self) -> float:
@@ -357,6 +382,7 @@ class Decoder:
         return {"policy": self.policy_name, "text": self.text, "token_ids": list(s.generated),
                 "new_tokens": len(s.generated), "target_forwards": s.target_forwards,
                 "tau": self.tau, "wall_s": self.wall, **self.split,
+                "phases_s": self.phases,
                 "tokens_per_s": len(s.generated) / self.wall if self.wall > 0 else 0.0,
                 "draft_calls": s.draft_calls, "finished": s.finished,
                 "lossy": self.policy is not None and self.policy.lossy,

@@ -58,7 +58,7 @@ def preview_trace(b, cycle: int, root: int, c, policy_name: str, sampling: Sampl
     """The step another policy would have made on this context (numbered like the next step)."""
     annotate(c, sampling)
     toks = c.path_tokens + [c.bonus]
-    timings = {**c.timings, "total_s": c.timings["draft_s"] + c.timings["verify_s"]}
+    timings = dict(c.timings)   # a preview commits nothing: its commit phases are 0
     return StepTrace(cycle=cycle, policy=policy_name, new_tokens=toks, new_texts=b.token_texts(toks),
                      accepted_len=len(c.path_pos), bonus=c.bonus, timings=timings, cumulative={}, tree=c.tree,
                      tree_texts=b.token_texts(c.tree.tokens), accepted_path=c.accepted_pool, root=root)

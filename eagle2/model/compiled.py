@@ -312,9 +312,11 @@ class CompiledTarget:
 
     # ------------------------------------------------------------------ the forwards
     @torch.no_grad()
-    def run(self, cache, tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None):
+    def run(self, cache, tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None,
+            clock=None):
         """The target: (what the draft head reads [T, F]: the final features, or with aux_layers
-        those layers' states; logits [T, V]), K/V written at cache slots length.. ."""
+        those layers' states; logits [T, V]), K/V written at cache slots length.. . `clock`: its
+        verify_inputs phase closes when the inputs are ready (padded, rotary rows, masks)."""
         T = tokens.numel()
         B = self.target.bucket(T)
         start = cache.length
@@ -325,9 +327,10 @@ class CompiledTarget:
         tokens, positions, mask, _ = _pad_rows(B, tokens, positions, tree_mask)
         cos, sin = self.model.rope_at(positions)
         past = torch.ones(B, start, dtype=torch.bool, device=tokens.device)
-        # a package reads every input with the strides it was exported with: contiguous ones
-        feats, logits, new_k, new_v = self.target.runners[B](tokens, cos, sin, cache.k, cache.v, past,
-                                                             mask.contiguous())
+        mask = mask.contiguous()  # a package reads every input with the strides it was exported with
+        if clock is not None:
+            clock.lap("verify_inputs")
+        feats, logits, new_k, new_v = self.target.runners[B](tokens, cos, sin, cache.k, cache.v, past, mask)
         cache.k[:, :, :, start:start + T] = new_k[:, :, :, :T]
         cache.v[:, :, :, start:start + T] = new_v[:, :, :, :T]
         return feats[:T], logits[:T].float()

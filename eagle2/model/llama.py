@@ -396,14 +396,17 @@ class LlamaModel(nn.Module):
 
     @torch.no_grad()
     def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                       tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       tree_mask: torch.Tensor | None = None, clock=None) -> tuple[torch.Tensor, torch.Tensor]:
         """forward_draft, then the logits of every row: (what the draft head reads [T, F], logits
         [T, vocab]). Through the compiled backend when one is attached and serves T (compiled.py
-        runs `step`, this same code, compiled), else eager."""
+        runs `step`, this same code, compiled), else eager. `clock` (a cycle's PhaseClock): its
+        verify_inputs phase is closed just before the forward's own computation starts."""
         if self.compiled is not None:
-            out = self.compiled.run(cache, tokens, positions, tree_mask)
+            out = self.compiled.run(cache, tokens, positions, tree_mask, clock)
             if out is not None:
                 return out
+        if clock is not None:
+            clock.lap("verify_inputs")
         feats, head_feats = self.forward_draft(cache, tokens, positions, tree_mask)
         return head_feats, self.logits(feats)
 

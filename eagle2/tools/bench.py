@@ -31,6 +31,7 @@ from ..errors import check
 from ..model.chat import chat_ids
 from ..model.loading import load_bundle
 from ..model.timing import cached_profile, sync
+from ..phases import FORWARDS, PHASES, key as phase_key
 from ..devices import is_cuda
 from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
@@ -193,6 +194,8 @@ def run_one(bundle, runner, q, sp, max_new) -> dict:
         ids_all += r["token_ids"]
         for k in ("new_tokens", "target_forwards", "wall_s", "draft_s", "verify_s"):
             tot[k] += r.get(k, 0.0)
+        for p, v in r.get("phases_s", {}).items():   # where the decoder's time went (eagle2/phases.py)
+            tot[phase_key(p)] += v
         st = r.get("policy_stats") or {}
         for k in ("n", "levels"):  # the auto budget's choices: cycles per N, per levels drafted
             for v, c in st.get(k, {}).items():
@@ -218,6 +221,11 @@ def aggregate(rows: list[dict]) -> dict:
         verify = sum(r.get("verify_s", 0.0) for r in rows)
         out.update(draft_share=draft / wall, draft_ms_per_cycle=1000 * draft / max(fw, 1),
                    verify_ms_per_cycle=1000 * verify / max(fw, 1))
+    phases = {p: sum(r.get(phase_key(p), 0.0) for r in rows) for p in PHASES}
+    if wall and any(phases.values()):  # the engine's decoders: each phase per cycle and its share
+        out["phase_ms_per_cycle"] = {p: 1000 * v / max(fw, 1) for p, v in phases.items()}
+        out["phase_share"] = {p: v / wall for p, v in phases.items()}
+        out["around_forwards_share"] = 1 - sum(phases[p] for p in FORWARDS) / wall
     for k in ("n", "levels"):
         hist = sum((r.get(f"auto_{k}", Counter()) for r in rows), Counter())
         if hist:
@@ -336,6 +344,7 @@ def measure(bundle, variants, prompts, sp, max_new: int, repeats: int) -> list[d
                              **({k: res[k] for k in ("positions", "relaxed_tokens", "tv_sum", "max_tv")}
                                 if "positions" in res else {}),
                              **{k: res[k] for k in ("draft_s", "verify_s", "auto_n", "auto_levels") if k in res},
+                             **{phase_key(p): res[phase_key(p)] for p in PHASES if phase_key(p) in res},
                              "token_ids": res["token_ids"]})
                 bar.update(1)
     bar.close()
@@ -402,3 +411,18 @@ def print_table(summary) -> None:
             ident += f"  auto: mean N {s['auto_mean_n']:.1f}, mean levels {s['auto_mean_levels']:.1f}"
         print(f"{n:34s} {s['tau']:6.2f} {s['tokens_per_s']:8.2f} {s['speedup']:7.2f}x {s['new_tokens']:7d} "
               f"{s['target_forwards']:6d}{ident}")
+    print_phases(summary)
+
+
+def print_phases(summary) -> None:
+    """Where each decoder's cycle went: ms per cycle in each phase, and the share of the time spent
+    around the forwards (everything but the draft head's and the target's own computation)."""
+    rows = {n: s for n, s in summary["policies"].items() if "phase_ms_per_cycle" in s}
+    if not rows:
+        return
+    print(f"\nms per cycle (target forward), by phase:\n{'policy':34s} " + " ".join(f"{p:>14s}" for p in PHASES)
+          + f" {'total':>8s} {'around':>7s}")
+    for n, s in rows.items():
+        ms = s["phase_ms_per_cycle"]
+        print(f"{n:34s} " + " ".join(f"{ms[p]:14.2f}" for p in PHASES) + f" {sum(ms.values()):8.2f}"
+              f" {s['around_forwards_share']:6.1%}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -18,7 +19,8 @@ from ..model import routes
 from ..model.llama import Linear
 from ..model.loading import load_bundle
 from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, timer
-from .flags import add_compile_args, add_model_args, apply_compile, apply_threads
+from .flags import add_compile_args, add_model_args, apply_compile, apply_threads, costs_first
+from .prompt_files import HELDOUT, read_prompts
 
 
 def best_s(dev, call, repeats: int) -> float:
@@ -121,6 +123,36 @@ def packed_vs_plain(bundle, grid=(1, 2, 4, 8, 16, 32, 64), context: int = 256, r
     return out
 
 
+def cycle_phases(bundle, prompts: Path, limit: int, max_new: int) -> dict:
+    """Where a cycle's time goes, decoding `limit` held-out prompts (greedy) with plain decoding and
+    the policy that pays on this device: each phase's ms per cycle and share of the time, as the
+    bench summarises them (eagle2/phases.py)."""
+    from ..cycle.sampling import SamplingParams
+    from ..policies.registry import PLAIN, default_policy
+    from .bench import aggregate, make_decoder, run_one, spread_over_categories
+    qs = spread_over_categories(read_prompts(prompts), limit)
+    sp, out = SamplingParams(), {}
+    for name in (PLAIN, default_policy(bundle.device.type)):
+        costs_first(bundle, name)
+        new = lambda: make_decoder(bundle, name, sp, max_new, {}, {})  # noqa: E731
+        run_one(bundle, new, {"turns": ["Say hello."]}, sp, 8)     # warm-up
+        rows = []
+        for q in qs:
+            r = run_one(bundle, new, q, sp, max_new)
+            rows.append({k: r[k] for k in r if k != "token_ids"})
+        agg = aggregate(rows)
+        out[name] = {k: agg[k] for k in ("tau", "tokens_per_s", "phase_ms_per_cycle", "phase_share",
+                                         "around_forwards_share")}
+    return out
+
+
+def print_phases(phases: dict) -> None:
+    for name, r in phases.items():
+        ms = r["phase_ms_per_cycle"]
+        print(f"{name}: {sum(ms.values()):.2f} ms a cycle, {r['around_forwards_share']:.1%} around the forwards: "
+              + ", ".join(f"{p} {v:.2f}" for p, v in ms.items() if v >= 0.005), file=sys.stderr)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eagle2 profile", description=__doc__)
     add_model_args(ap)
@@ -129,6 +161,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compare-pack", action="store_true",
                     help="also time forwards with and without the prepacked weights, interleaved")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--phase-prompts", default=str(HELDOUT), help="prompts decoded for the per-phase split")
+    ap.add_argument("--phase-limit", type=int, default=4, help="how many of them (0: no phase split)")
+    ap.add_argument("--phase-tokens", type=int, default=64, help="new tokens per prompt for the phase split")
     add_compile_args(ap)
     a = ap.parse_args(argv)
     apply_threads(a)
@@ -163,7 +198,11 @@ def main(argv=None) -> int:
                 "target_s": routes.time_target(ct), "target_chosen": dict(ct.target.routes),
                 **({"head_s": routes.time_head(ct), "head_chosen": dict(ct.head_set.routes)}
                    if ct.head_set is not None else {})}
+    if a.phase_limit > 0:
+        res["cycle_phases"] = cycle_phases(b, Path(a.phase_prompts), a.phase_limit, a.phase_tokens)
     print(json.dumps(res, indent=2))
+    if "cycle_phases" in res:
+        print_phases(res["cycle_phases"])
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(res, indent=2))

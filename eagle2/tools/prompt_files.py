@@ -5,6 +5,10 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
+from ..model.weights import ASSETS
+
+# the held-out prompts: never trained on, the ones every measurement of this project decodes
+HELDOUT = ASSETS / "prompts" / "heldout.jsonl"
 
 
 def read_prompts(path: Path) -> list[dict]:

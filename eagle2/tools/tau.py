@@ -24,12 +24,12 @@ from ..decoding.decoder import Decoder
 from ..errors import UserError, check
 from ..machine import cpu_info
 from ..model.loading import load_bundle
-from ..model.weights import ASSETS, PRESETS, sha256_of
+from ..model.weights import PRESETS, sha256_of
 from ..cycle.sampling import SamplingParams
 from ..policies.registry import BASELINE, DEFAULT
 from .bench import run_one
 from .flags import add_model_args, apply_threads
-from .prompt_files import read_prompts
+from .prompt_files import HELDOUT, read_prompts
 
 SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eagle2 tau", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(ap, dtype=False)
-    ap.add_argument("--prompts", default=str(ASSETS / "prompts" / "heldout.jsonl"),
+    ap.add_argument("--prompts", default=str(HELDOUT),
                     help="MT-bench format jsonl (default: the 60 held-out)")
     ap.add_argument("--trees", default=f"60x5x10,16x5x10,{BASELINE}",
                     help=f"comma list of NxDEPTHxTOPK (the {DEFAULT} tree) or {BASELINE}")
