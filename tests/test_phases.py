@@ -91,3 +91,30 @@ def test_the_forwards_are_the_phases_a_faster_kernel_shortens():
     assert set(FORWARDS) <= set(PHASES) and set(GROUPS) == {"draft_s", "verify_s", "commit_s"}
     assert sorted(p for ps in GROUPS.values() for p in ps) == sorted(PHASES)
     assert not {key(p) for p in PHASES} & (set(GROUPS) | {"total_s"})   # one key, one meaning
+
+
+def test_the_page_draws_each_decoders_phases_per_token_and_its_own_work(tiny_bundle):
+    """The race's series carry each cycle's phases; the chart's bars are ms per generated token
+    (lengths compare as the wall-clock speedup does) and add up to each decoder's wall time."""
+    import viz
+    from eagle2.decoding.race import Race, RaceSettings
+    r = Race()
+    r.start(tiny_bundle, "hello there", RaceSettings(policy="eagle2", compare="static", total_tokens=8, depth=2,
+                                                     top_k=4, max_new_tokens=12))
+    for _ in range(3):
+        r.tick()
+    series = [viz.series(label, d.trace.steps, role) for d, label, role in
+              zip(r.decoders, r.labels(), ("main", "compare", "plain"))]
+    for s, d in zip(series, r.decoders):
+        ms = viz.per_token_ms(s)
+        assert ms is not None and ms["target_forward"] > 0
+        assert sum(ms.values()) == pytest.approx(1000 * d.wall / len(d.generated))
+    assert viz.per_token_ms(series[2])["draft_head"] == 0          # plain decoding drafts nothing
+    fig = viz.phase_chart(series, page_s=0.5)
+    assert {t.name for t in fig.data} == set(viz.phase_chart.__globals__["PHASE_LABELS"].values()) | {"the page's work"}
+    page = next(t for t in fig.data if t.name == "the page's work")
+    assert page.x[0] == pytest.approx(1000 * 0.5 / series[0]["tokens"][-1])
+    # a trace recorded before the phases were timed: the chart says so instead of drawing zeros
+    for s in series:
+        s["phases"] = [None] * len(s["phases"])
+    assert not viz.phase_chart(series).data

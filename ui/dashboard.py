@@ -21,19 +21,20 @@ from eagle2.policies.registry import HARDWARE_AWARE
 
 from .view import View, cut_series
 
-DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "whatif", "chain", "hist", "calib", "depth",
+DASH = ("metrics", "tokens", "tree", "compare", "race", "speedup", "phases", "whatif", "chain", "hist", "calib", "depth",
         "table", "cycle")
 ALWAYS = ("metrics", "tokens", "tree", "cycle")        # drawn on every update
 # The panels the reader may close, and their outputs; SECTIONS: the collapsible sections under the
 # trees, in page order, with their titles; OPEN: the panels open on a new page.
-PANELS = {"compare": ("compare",), "race": ("race", "speedup"), "whatif": ("whatif",), "chain": ("chain",),
+PANELS = {"compare": ("compare",), "race": ("race", "speedup", "phases"), "whatif": ("whatif",), "chain": ("chain",),
           "acceptance": ("hist", "calib", "depth"), "table": ("table",)}
 SECTIONS = (("race", "Race and running speedup"), ("whatif", "What-if on other hardware"),
             ("chain", "What-if on acceptance: why depth pays less"),
             ("acceptance", "Acceptance and calibration"), ("table", "Per-cycle table"))
 OPEN = frozenset({"compare", "race"})
+WIDE = ("phases",)     # charts drawn across the section's width, under its row of charts
 assert set(ALWAYS) | {n for outs in PANELS.values() for n in outs} == set(DASH), "DASH, ALWAYS and PANELS disagree"
-CHART_LABELS = {"race": "Race", "speedup": "Speedup", "whatif": "What-if: this run priced on other hardware",
+CHART_LABELS = {"race": "Race", "speedup": "Speedup", "phases": "Where the time goes", "whatif": "What-if: this run priced on other hardware",
                 "chain": "What-if on acceptance: a chain's speedup by draft length",
                 "hist": "Acceptance lengths", "calib": "Calibration", "depth": "Per-depth acceptance"}
 # The acceptance what-if's slider (in the "chain" section) and the state that keeps its value for the
@@ -131,6 +132,9 @@ class At:
     def speedup(self):
         return viz.speedup_chart(self.main, self.others)
 
+    def phases(self):
+        return viz.phase_chart(self.all_series, self.view.page_s if self.latest else None)
+
     def whatif(self):
         return viz.whatif_chart(self.all_series, [self.here, viz.gpu_model_table()])
 
@@ -180,7 +184,7 @@ class Blank:
     def chart(self):
         return viz.empty_figure("", CHART_PX)
 
-    race = speedup = whatif = chain = hist = calib = depth = chart
+    race = speedup = phases = whatif = chain = hist = calib = depth = chart
 
 
 def render(view: View | None, cycle=None, colour_by="path value", show_dropped=False, panels=None,
@@ -250,6 +254,10 @@ def build_dashboard(prefix: str, init: dict | None = None, panels=OPEN) -> tuple
                                                   "before it were (a better draft head: a higher a)")
             with gr.Row(equal_height=True):
                 for out in PANELS[name]:
+                    if out not in WIDE:
+                        c[out] = gr.Plot(v[out], label=CHART_LABELS[out], show_label=False, elem_id=f"{prefix}-{out}")
+            for out in PANELS[name]:
+                if out in WIDE:
                     c[out] = gr.Plot(v[out], label=CHART_LABELS[out], show_label=False, elem_id=f"{prefix}-{out}")
     assert set(c) == set(DASH) | {ACCEPT, ACCEPT_SLIDER}, "build_dashboard and DASH disagree"
     return c, sections

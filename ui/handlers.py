@@ -216,11 +216,13 @@ class Live(Tab):
     def live(self, sess: Session, colour_by="path value", show_dropped=False, panels=None, accept=None) -> dict:
         """The session drawn (and, if it presents, published to its followers). Outputs: LIVE."""
         o = self.out
+        t0 = time.perf_counter()
         view = sess.view()
         if presenting(sess) is not None:
             sess.presentation.publish(view, race_status(sess), sess.prompt)
-        return {o["session"]: sess, o["status"]: live_status(sess),
-                **render(view, None, colour_by, show_dropped, panels, o, accept)}
+        drawn = render(view, None, colour_by, show_dropped, panels, o, accept)
+        sess.page_s += time.perf_counter() - t0    # the page's own work, shown in the next drawing
+        return {o["session"]: sess, o["status"]: live_status(sess), **drawn}
 
     def on_step(self, sess, prompt, *controls) -> dict:
         """Step: one lockstep cycle (starting the prompt if it is new). A follower breaks away: the

@@ -78,6 +78,9 @@ class Session:
         self.presentation = None      # the ui.classroom.Presentation this session's race is published to
         self.released: str | None = None   # why its decoders were freed, once they are
         self._series: dict[int, tuple] = {}   # decoder index -> (decoder, its series, steps in it)
+        # the page's own seconds in this run, counted in no decoder's time: the comparison's preview
+        # and the race's bookkeeping in each tick, and drawing the dashboard (Live.live adds it)
+        self.page_s = 0.0
 
     @property
     def started(self) -> bool:
@@ -98,6 +101,7 @@ class Session:
     def start(self, bundle, prompt: str, s: RaceSettings) -> None:
         self.race.start(bundle, prompt, s)
         self.released = None
+        self.page_s = 0.0
         pool().touch(self)
 
     def tick(self) -> None:
@@ -106,7 +110,12 @@ class Session:
                             "visitors. Its cycles are still here to browse, explain and export; press Reset "
                             "(or edit the prompt) to start again.")
         pool().touch(self)
+        t0, own = time.perf_counter(), self._decoders_wall()
         self.race.tick()
+        self.page_s += (time.perf_counter() - t0) - (self._decoders_wall() - own)
+
+    def _decoders_wall(self) -> float:
+        return sum(d.wall for d in self.decoders if d is not None and d.started)
 
     def release(self, why: str) -> bool:
         """Free the decoders' KV caches (a step in progress keeps them: False)."""
@@ -140,7 +149,7 @@ class Session:
             series.append(Series(**{k: list(v) if isinstance(v, list) else v for k, v in s.items()}))
         return View(steps=list(r.main.trace.steps), series=series, previews=dict(r.previews),
                     meta=r.main.trace.meta, source="live", greedy=r.main.sampling.greedy,
-                    lossy={r.labels()[1]: viz.lossy_summary(r.cmp.trace.steps)})
+                    lossy={r.labels()[1]: viz.lossy_summary(r.cmp.trace.steps)}, page_s=self.page_s)
 
     def export(self) -> Trace:
         """The main decoder's trace, with the other decoders' series and the previews in meta."""

@@ -22,6 +22,7 @@ class View:
     source: str = "live"
     greedy: bool = True
     lossy: dict = field(default_factory=dict)   # other decoders' lossy_summary (live only)
+    page_s: float | None = None                 # the page's own work so far (live only): Session.page_s
 
     def __deepcopy__(self, memo):  # read-only once built: sessions may share one
         return self

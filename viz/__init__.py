@@ -10,6 +10,7 @@ from .charts import (acceptance_histogram, calibration_chart, calibration_data, 
                      forward_speedup, lossy_summary, metrics, metrics_html, race_chart, series, speedup_chart,
                      speedup_series)
 from .explain import Phase, explain_figure, explain_text, phases
+from .phase_chart import per_token_ms, phase_chart
 from .tables import cycle_table
 from .tokens import token_stream_html
 from .tree_graph import empty_figure, layout, path_nodes, tree_figure, tree_graph
@@ -19,5 +20,5 @@ __all__ = ["Phase", "acceptance_histogram", "acceptance_whatif_chart", "chain_sp
            "depth_counts", "calibration_chart", "calibration_data", "cost_table_from_trace",
            "cycle_table", "depth_acceptance", "depth_chart", "empty_figure", "forward_speedup", "gpu_model_table",
            "lossy_summary", "explain_figure", "explain_text", "layout", "metrics", "metrics_html", "path_nodes",
-           "phases", "price_run", "race_chart", "series", "speedup_chart", "speedup_series", "token_stream_html",
+           "per_token_ms", "phase_chart", "phases", "price_run", "race_chart", "series", "speedup_chart", "speedup_series", "token_stream_html",
            "tree_figure", "tree_graph", "whatif_chart"]

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from eagle2.cycle.trace import PHASES, split_of
+
 from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
 
@@ -38,11 +40,12 @@ class Series(_SeriesKeys, total=False):
     draft_calls: list[int]
     verify_s: list[float]
     draft_s: list[float]
+    phases: list[list[float] | None]   # per cycle: seconds in each of PHASES (None: not recorded)
 
 
 SERIES_KEYS = frozenset(Series.__required_keys__)   # what every series holds (a recorded one too)
 PRICING = ("verified", "draft_calls", "verify_s", "draft_s")   # per cycle; older recordings lack them
-PER_CYCLE = ("tokens", "wall_s", "forwards") + PRICING
+PER_CYCLE = ("tokens", "wall_s", "forwards", "phases") + PRICING
 
 
 def priced(s: Series) -> bool:
@@ -61,7 +64,7 @@ def verified(step) -> int:
 def series(label: str, steps, role: str = "main") -> Series:
     """The series of a run's steps (StepTraces of one decoder, cycle 0 first)."""
     s = Series(label=label, role=role, policy=label, tokens=[], wall_s=[], forwards=[], accepted=[],
-               finished=None, verified=[], draft_calls=[], verify_s=[], draft_s=[])
+               finished=None, verified=[], draft_calls=[], verify_s=[], draft_s=[], phases=[])
     return extend_series(s, list(steps), 0)
 
 
@@ -82,6 +85,8 @@ def extend_series(s: Series, steps: list, start: int) -> Series:
         s["draft_calls"].append(int(own) if own else max(0, cum - prev))
         s["verify_s"].append(float(st.timings["verify_s"]))
         s["draft_s"].append(float(st.timings["draft_s"]))
+        split = split_of(st.timings)
+        s.setdefault("phases", []).append(None if split is None else [split[p] for p in PHASES])
         prev = cum
     if steps:
         s["policy"], s["finished"] = steps[0].policy, steps[-1].finished

@@ -22,12 +22,14 @@ from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, Typ
 from pydantic_core import PydanticCustomError, to_json
 
 from ..errors import UserError
+from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (the trace's readers take them from here)
 from .tree import CHECKED, DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"
 SCHEMA_V1 = "eagle2-viz/trace/v1"   # v1: policy facts in a free `extra` dict of the tree
 READABLE = (SCHEMA, SCHEMA_V1)
-TIMINGS = ("draft_s", "verify_s", "commit_s", "total_s")        # StepTrace.timings: this cycle's seconds
+# StepTrace.timings: this cycle's seconds; each phase's too (eagle2/phases.py) in traces recorded since
+TIMINGS = ("draft_s", "verify_s", "commit_s", "total_s")
 TOTALS = ("tokens", "target_forwards", "wall_s", "draft_calls")  # StepTrace.cumulative: the run's totals
 
 

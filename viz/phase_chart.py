@@ -1,0 +1,65 @@
+"""Where the time goes: each decoder's cost per generated token, split into the phases of its
+cycles (eagle2/phases.py), and the page's own work beside them. Bar lengths compare like the
+wall-clock speedup does: a bar half as long is a decoder twice as fast."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from eagle2.cycle.trace import PHASE_TEXT, PHASES
+
+from .charts import Series
+from .common import base_layout, new_figure
+from .tree_graph import empty_figure
+
+# one colour per phase: the two forwards solid and dark, the work around them light
+PHASE_COLOURS = {"draft_head": "#7c3aed", "draft_tree": "#c4b5fd", "verify_inputs": "#fcd34d",
+                 "target_forward": "#1e3a8a", "accept": "#fb923c", "cache_commit": "#f472b6",
+                 "policy": "#a3e635"}
+PAGE_COLOUR = "#9ca3af"
+PHASE_LABELS = {"draft_head": "draft head", "draft_tree": "drafting around it", "verify_inputs": "verify inputs",
+                "target_forward": "target forward", "accept": "accept", "cache_commit": "commit K/V",
+                "policy": "policy"}
+assert set(PHASE_COLOURS) == set(PHASES) == set(PHASE_LABELS), "a phase without a colour or label"
+
+
+def per_token_ms(s: Series) -> dict[str, float] | None:
+    """The decoder's ms per generated token in each phase, over every recorded cycle (the prefill
+    included, as in the wall-clock speedup), or None where its cycles were not split."""
+    rows = s.get("phases") or []
+    tokens = s["tokens"][-1] if s["tokens"] else 0
+    if not rows or tokens <= 0 or any(r is None for r in rows):
+        return None
+    return {p: 1000 * sum(r[i] for r in rows) / tokens for i, p in enumerate(PHASES)}
+
+
+def phase_chart(all_series: list[Series], page_s: float | None = None, height: int = 300) -> go.Figure:
+    """A stacked bar per decoder (ms per token in each phase) and, with `page_s` (the page's own
+    seconds so far: the comparison's preview, the race's bookkeeping, drawing), one for the page per
+    token of the first decoder's."""
+    bars = [(s["label"], per_token_ms(s)) for s in all_series]
+    bars = [(label, ms) for label, ms in bars if ms is not None]
+    if not bars:
+        return empty_figure("The split into phases appears once a decoder has run (traces recorded "
+                            "before it was timed have none).", height)
+    labels = [label for label, _ in bars][::-1]          # the first decoder on top
+    fig = new_figure()
+    text = dict(PHASE_TEXT)
+    for p in PHASES:
+        xs = [ms[p] for _, ms in bars][::-1]
+        fig.add_trace(go.Bar(y=labels, x=xs, name=PHASE_LABELS[p], orientation="h",
+                             marker_color=PHASE_COLOURS[p],
+                             hovertemplate=f"%{{y}}: {PHASE_LABELS[p]} %{{x:.2f}} ms a token<br>"
+                                           f"{text[p]}<extra></extra>"))
+    main = all_series[0]
+    tokens = main["tokens"][-1] if main["tokens"] else 0
+    if page_s is not None and tokens > 0:
+        fig.add_trace(go.Bar(y=["the page"], x=[1000 * page_s / tokens], name="the page's work",
+                             orientation="h", marker_color=PAGE_COLOUR,
+                             hovertemplate=(f"the page: %{{x:.2f}} ms per token of {main['label']}<br>the "
+                                            "comparison's preview, the race's bookkeeping and drawing: not "
+                                            "counted in any decoder's time<extra></extra>")))
+    fig.update_layout(**base_layout("Where the time goes: ms per generated token", height=height, barmode="stack",
+                                    margin=dict(l=110, r=20, t=48, b=48),
+                                    legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, font=dict(size=12))))
+    fig.update_xaxes(title="ms per token (each decoder's own work)", rangemode="tozero")
+    return fig
