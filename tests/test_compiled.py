@@ -310,7 +310,9 @@ def test_each_tree_size_runs_on_the_forward_timed_fastest(tiny, compiled_tiny, m
             out = {k: (1.0 if k == "eager" else 0.0 if k == "T4" else 0.5) for k in out}
         return out
 
+    from eagle2.model import timing
     monkeypatch.setattr(routes, "interleaved_medians", rigged)
+    monkeypatch.setattr(timing, "interleaved_medians", rigged)   # the target's sizes: the one t(N) harness
     lines = []
     ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=folder)
     tiny.target.compiled = tiny.head.compiled = ct
@@ -328,10 +330,46 @@ def test_each_tree_size_runs_on_the_forward_timed_fastest(tiny, compiled_tiny, m
         assert lines and "timed each tree size" in lines[0]
         # kept: the next start on this CPU at this thread count reads it instead of timing again
         monkeypatch.setattr(routes, "interleaved_medians", lambda *a: pytest.fail("timed again"))
+        monkeypatch.setattr(timing, "interleaved_medians", lambda *a: pytest.fail("timed again"))
         again = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=folder)
         again.choose_routes = True
         again.poll()
         assert again.target.routes == ct.target.routes and again.head_set.routes == ct.head_set.routes
+    finally:
+        tiny.target.compiled = tiny.head.compiled = None
+        (folder / routes.FILE).unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_routes_timed_while_a_visitor_decodes_are_neither_used_nor_kept(tiny, compiled_tiny, monkeypatch):
+    """The routes are a quiet measurement: a decode starting while they are timed ends the try
+    (the load of that moment is not this machine's cost); with no quiet try the packages serve on
+    their default routes and nothing is written for the next start."""
+    from eagle2.model import routes, timing
+    from eagle2.model.activity import DECODING
+    folder = compiled_tiny.folder
+    (folder / routes.FILE).unlink(missing_ok=True)
+    real, sizes = timing.interleaved_medians, []
+
+    def a_visitor_steps_meanwhile(dev, switches, call, repeats):
+        sizes.append(len(switches))
+        with DECODING:   # a Step in flight while this size is timed
+            return real(dev, switches, call, 1)
+
+    monkeypatch.setattr(timing, "interleaved_medians", a_visitor_steps_meanwhile)
+    monkeypatch.setattr(routes, "interleaved_medians", a_visitor_steps_meanwhile)
+    monkeypatch.setattr(routes.MEASURER, "wait_for_quiet", lambda: True)
+    lines = []
+    ct = CompiledTarget(tiny.target, tiny.head, buckets=(1, 4), head_buckets=(4,), folder=folder)
+    tiny.target.compiled = tiny.head.compiled = ct
+    try:
+        for ps in ct.sets:
+            assert ps.load_landed() is None
+        assert routes.choose(ct, lines.append, tries=2) == {}
+        assert len(sizes) == 2   # each try gave way after its first size
+        assert ct.target.routes == {} and not (folder / routes.FILE).exists()
+        assert lines == ["not timed per tree size (no quiet moment): the default routes serve"]
+        assert ct.target.bucket(3) == 4   # the default: the smallest bucket holding the size
     finally:
         tiny.target.compiled = tiny.head.compiled = None
         (folder / routes.FILE).unlink(missing_ok=True)

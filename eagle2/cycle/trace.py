@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, Typ
 from pydantic_core import PydanticCustomError, to_json
 
 from ..errors import UserError
-from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (the trace's readers take them from here)
+from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
 from .tree import CHECKED, DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"

@@ -43,7 +43,7 @@ class Measurer:
             if t is not None:
                 return t
         for _ in range(self.tries):
-            if not self._wait_for_quiet():
+            if not self.wait_for_quiet():
                 break
             t, quiet = timing.measure_quietly(bundle, give_way=True)
             if quiet and timing.plausible(t):
@@ -52,7 +52,7 @@ class Measurer:
                  timing._cache_key(bundle), self.tries)
         return None
 
-    def _wait_for_quiet(self) -> bool:
+    def wait_for_quiet(self) -> bool:
         """Until nothing has decoded for settle_s seconds (True), or wait_s seconds have passed or
         the interpreter is exiting (False). Polls with a growing pause: a busy class is not asked
         several times a second."""

@@ -17,7 +17,9 @@ import torch
 
 from ..files import atomic_write, read_json
 from ..machine import cpu_info
-from .timing import interleaved_medians, prefilled_cache
+from .activity import DECODING
+from .measurer import MEASURER
+from .timing import interleaved_medians, time_forwards
 
 FILE = "routes.json"
 EAGER = "eager"
@@ -54,42 +56,37 @@ def _options(ps, n: int) -> list[int | None]:
     return [None] + [b for b in ps.buckets if b >= n and b in ps.runners]
 
 
-def _time_sizes(ps, dev, call_for, repeats: int) -> dict[int, dict[str, float]]:
+def _trials(ps, n: int) -> dict:
+    """Switches to each option for size n, in this thread only (PackageSet.set_trial)."""
+    return {option_name(b): (lambda b=b: ps.set_trial({n: b})) for b in _options(ps, n)}
+
+
+def _time_sizes(ps, dev, call_for, repeats: int, stop=None) -> dict[int, dict[str, float]]:
     """Median seconds of `call_for(n)()` for each size n through each option, the options
     interleaved within every repeat (fair against the machine's drift)."""
     out = {}
     for n in ps.sizes():
-        call = call_for(n)
-        switches = {}
-        for b in _options(ps, n):
-            switches[option_name(b)] = (lambda b=b: ps.set_trial({n: b}))
+        if stop is not None and stop():
+            break
         try:
-            out[n] = interleaved_medians(dev, switches, call, repeats)
+            out[n] = interleaved_medians(dev, _trials(ps, n), call_for(n), repeats)
         finally:
             ps.set_trial({})
     return out
 
 
-@torch.no_grad()
-def time_target(ct, context: int = 256, repeats: int = 5) -> dict[int, dict[str, float]]:
-    """The target's forward + logits of n tree tokens after `context` committed ones, per option.
-    The model's forward must route through `ct` (attached)."""
-    m, ps = ct.model, ct.target
-    dev = m.lm_head.weight.device
-    cache = prefilled_cache(m, context, max(ps.buckets) + 1)
-    g = torch.Generator().manual_seed(0)
-
-    def call_for(n):
-        toks = torch.randint(0, m.args.vocab_size, (n,), generator=g).to(dev)
-        pos = torch.arange(context, context + n, device=dev)
-        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        return lambda: m.forward_logits(cache, toks, pos, mask)
-
-    return _time_sizes(ps, dev, call_for, repeats)
+def time_target(ct, context: int = 256, repeats: int = 5, stop=None) -> dict[int, dict[str, float]]:
+    """The target's forward + logits of n tree tokens after `context` committed ones, per option
+    (timing.time_forwards). The model's forward must route through `ct` (attached)."""
+    ps = ct.target
+    try:
+        return time_forwards(ct.model, list(ps.sizes()), lambda n: _trials(ps, n), context, repeats, stop)
+    finally:
+        ps.set_trial({})
 
 
 @torch.no_grad()
-def time_head(ct, context: int = 256, tree: int = 20, repeats: int = 5) -> dict[int, dict[str, float]]:
+def time_head(ct, context: int = 256, tree: int = 20, repeats: int = 5, stop=None) -> dict[int, dict[str, float]]:
     """One draft-head call (forward + log-probabilities) on n tree nodes, per option."""
     h, ps = ct.head, ct.head_set
     dev = h.fc.weight.device
@@ -104,14 +101,14 @@ def time_head(ct, context: int = 256, tree: int = 20, repeats: int = 5) -> dict[
         mask = torch.cat([torch.rand(n, tree, generator=g) < 0.2, torch.eye(n, dtype=torch.bool)], 1).to(dev)
         return lambda: h.forward_logprobs(cache, feats, toks, pos, context + tree, mask)
 
-    return _time_sizes(ps, dev, call_for, repeats)
+    return _time_sizes(ps, dev, call_for, repeats, stop)
 
 
 def _read(folder: Path, sets) -> dict | None:
     """The routes kept for these packages, if taken on this CPU at this thread count for the
     buckets loaded now."""
     kept = read_json(folder / FILE, None)
-    if not isinstance(kept, dict) or kept.get("cpu") != cpu_info()["cpu"] or kept.get("threads") != torch.get_num_threads():
+    if not isinstance(kept, dict) or kept.get("cpu") != cpu_key() or kept.get("threads") != torch.get_num_threads():
         return None
     try:
         out = {}
@@ -125,16 +122,34 @@ def _read(folder: Path, sets) -> dict | None:
         return None
 
 
-def choose(ct, log=None) -> dict:
-    """Set each package set's routes from the kept table, or from timings taken now (seconds)
-    and kept; returns {kind: routes}."""
+def cpu_key() -> str:
+    """The CPU routes were timed on: its name, family, model and vector flags (a guest may call
+    two generations "AMD EPYC")."""
+    c = cpu_info()
+    return f"{c['cpu']} family {c['family']} model {c['model']} {c['flags']}"
+
+
+def choose(ct, log=None, tries: int = 3) -> dict:
+    """Set each package set's routes from the kept table, or from timings taken now (seconds) and
+    kept. Timing is a quiet measurement (model/activity.py): it waits until nothing decodes, gives
+    way as soon as a decode starts, and keeps only a table timed alone; with none after `tries`,
+    the packages serve on their default routes (the smallest bucket holding a size) and the next
+    start times them again. Returns {kind: routes} ({} when untimed)."""
     sets = [s for s in ct.sets if s.runners]
+    if not sets:
+        return {}
     kept = _read(ct.folder, sets)
-    if kept is None:
+    for _ in range(tries if kept is None else 0):
+        if not MEASURER.wait_for_quiet():
+            break
+        mark = DECODING.mark()
+        stop = lambda: not DECODING.quiet_since(mark)  # noqa: E731
         timers = {"target": time_target, "head": time_head}
-        times = {s.kind: timers[s.kind](ct) for s in sets}
+        times = {s.kind: timers[s.kind](ct, stop=stop) for s in sets}
+        if stop() or any(set(times[s.kind]) != set(s.sizes()) for s in sets):
+            continue   # a visitor decoded meanwhile: that was the load, not this machine's cost
         kept = {kind: fastest(t) for kind, t in times.items()}
-        record = {"cpu": cpu_info()["cpu"], "threads": torch.get_num_threads(),
+        record = {"cpu": cpu_key(), "threads": torch.get_num_threads(),
                   "buckets": {s.kind: sorted(s.runners) for s in sets},
                   "routes": {k: {str(n): b for n, b in r.items()} for k, r in kept.items()},
                   "times_s": {k: {str(n): o for n, o in t.items()} for k, t in times.items()}}
@@ -145,6 +160,11 @@ def choose(ct, log=None) -> dict:
         if log:
             log("timed each tree size eager and compiled: " +
                 "; ".join(f"{k} {describe(r)}" for k, r in kept.items()))
+        break
+    if kept is None:
+        if log:
+            log("not timed per tree size (no quiet moment): the default routes serve")
+        return {}
     for s in sets:
         s.routes = kept[s.kind]
     return kept

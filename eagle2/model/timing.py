@@ -74,22 +74,34 @@ def interleaved_medians(dev: torch.device, variants: dict, call, repeats: int) -
 
 
 @torch.no_grad()
-def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID, stop=None) -> dict[int, float]:
-    """Median seconds of one target forward of N tree tokens (plus their logits) after `context`
-    committed tokens, for N in grid. `stop()`, asked before each N, ends it early (the sizes
-    measured so far): a background measurement gives way to a visitor's Step at once."""
-    tgt, dev = bundle.target, bundle.device
-    cache = prefilled_cache(tgt, context, max(grid) + 1)
+def time_forwards(target, sizes, variants_for=None, context: int = 256, repeats: int = 5,
+                  stop=None) -> dict[int, dict[str, float]]:
+    """The one harness timing the target's forward + logits of n tree tokens (a causal chain)
+    after `context` committed ones: for each n in `sizes`, the median seconds under each variant
+    `variants_for(n)` gives ({name: switch}: the compiled routes, eager against compiled; None:
+    the forward as it is), interleaved repeat by repeat. `stop()`, asked before each n, ends it
+    early with the sizes timed so far (a background measurement gives way to a visitor's Step).
+    t(N), the package routes and `profile` all time through it."""
+    dev = target.lm_head.weight.device
+    cache = prefilled_cache(target, context, max(sizes) + 1)
+    g = torch.Generator().manual_seed(0)
     out = {}
-    for n in grid:
+    for n in sizes:
         if stop is not None and stop():
             break
-        toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
+        toks = torch.randint(0, target.args.vocab_size, (n,), generator=g).to(dev)
         pos = torch.arange(context, context + n, device=dev)
         mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        out[n] = interleaved_medians(dev, {"": lambda: None}, lambda: tgt.forward_logits(cache, toks, pos, mask),
-                                     repeats)[""]
+        variants = variants_for(n) if variants_for is not None else {"": lambda: None}
+        out[n] = interleaved_medians(dev, variants, lambda: target.forward_logits(cache, toks, pos, mask), repeats)
     return out
+
+
+def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID, stop=None) -> dict[int, float]:
+    """t(N): median seconds of one target forward of N tree tokens (plus their logits) after
+    `context` committed tokens, for N in grid, on the forward in use (time_forwards)."""
+    times = time_forwards(bundle.target, grid, context=context, repeats=repeats, stop=stop)
+    return {n: t[""] for n, t in times.items()}
 
 
 def plausible(t: dict[int, float]) -> bool:

@@ -18,7 +18,7 @@ import torch
 from ..model import routes
 from ..model.llama import Linear
 from ..model.loading import load_bundle
-from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, timer
+from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, time_forwards, timer
 from .flags import add_compile_args, add_model_args, apply_compile, apply_threads, costs_first
 from .prompt_files import HELDOUT, read_prompts
 
@@ -43,27 +43,20 @@ def read_bandwidth_gbs(dev, mb: int = 512, repeats: int = 7) -> float:
     return a.numel() * 4 / best_s(dev, a.sum, repeats) / 1e9
 
 
-@torch.no_grad()
 def eager_vs_compiled(bundle, grid=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), context: int = 256,
                       repeats: int = 7) -> dict:
     """Target forward + logits of N tree tokens on the eager and the compiled path, interleaved
-    repeat by repeat in one process: median seconds (sizes between buckets run padded)."""
-    tgt, dev = bundle.target, bundle.device
+    repeat by repeat in one process (timing.time_forwards): median seconds (sizes between buckets
+    run padded)."""
+    tgt = bundle.target
     comp = tgt.compiled
-    cache = prefilled_cache(tgt, context, max(grid) + 1)
     variants = {"eager": lambda: setattr(tgt, "compiled", None), "compiled": lambda: setattr(tgt, "compiled", comp)}
-    out = {}
     try:
-        for n in grid:
-            toks = torch.randint(0, tgt.args.vocab_size, (n,), device=dev)
-            pos = torch.arange(context, context + n, device=dev)
-            mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-            med = interleaved_medians(dev, variants, lambda: tgt.forward_logits(cache, toks, pos, mask), repeats)
-            b = comp.target.bucket(n) if comp is not None else None
-            out[n] = {**med, "eager_over_compiled": med["eager"] / med["compiled"], "bucket": b}
+        times = time_forwards(tgt, grid, lambda n: variants, context, repeats)
     finally:
         tgt.compiled = comp
-    return out
+    return {n: {**med, "eager_over_compiled": med["eager"] / med["compiled"],
+                "bucket": comp.target.bucket(n) if comp is not None else None} for n, med in times.items()}
 
 
 @torch.no_grad()
