@@ -15,7 +15,6 @@ from .tree_graph import empty_figure
 PHASE_COLOURS = {"draft_head": "#7c3aed", "draft_tree": "#c4b5fd", "verify_inputs": "#fcd34d",
                  "target_forward": "#1e3a8a", "accept": "#fb923c", "cache_commit": "#f472b6",
                  "policy": "#a3e635"}
-PAGE_COLOUR = "#9ca3af"
 PHASE_LABELS = {"draft_head": "draft head", "draft_tree": "drafting around it", "verify_inputs": "verify inputs",
                 "target_forward": "target forward", "accept": "accept", "cache_commit": "commit K/V",
                 "policy": "policy"}
@@ -32,10 +31,10 @@ def per_token_ms(s: Series) -> dict[str, float] | None:
     return {p: 1000 * sum(r[i] for r in rows) / tokens for i, p in enumerate(PHASES)}
 
 
-def phase_chart(all_series: list[Series], page_s: float | None = None, height: int = 300) -> go.Figure:
+def phase_chart(all_series: list[Series], page_s: float | None = None, height: int = 360) -> go.Figure:
     """A stacked bar per decoder (ms per token in each phase) and, with `page_s` (the page's own
-    seconds so far: the comparison's preview, the race's bookkeeping, drawing), one for the page per
-    token of the first decoder's."""
+    seconds so far: the comparison's preview, the race's bookkeeping, drawing), the page's work per
+    token of the first decoder's, said in the title."""
     bars = [(s["label"], per_token_ms(s)) for s in all_series]
     bars = [(label, ms) for label, ms in bars if ms is not None]
     if not bars:
@@ -52,14 +51,12 @@ def phase_chart(all_series: list[Series], page_s: float | None = None, height: i
                                            f"{text[p]}<extra></extra>"))
     main = all_series[0]
     tokens = main["tokens"][-1] if main["tokens"] else 0
-    if page_s is not None and tokens > 0:
-        fig.add_trace(go.Bar(y=["the page"], x=[1000 * page_s / tokens], name="the page's work",
-                             orientation="h", marker_color=PAGE_COLOUR,
-                             hovertemplate=(f"the page: %{{x:.2f}} ms per token of {main['label']}<br>the "
-                                            "comparison's preview, the race's bookkeeping and drawing: not "
-                                            "counted in any decoder's time<extra></extra>")))
-    fig.update_layout(**base_layout("Where the time goes: ms per generated token", height=height, barmode="stack",
-                                    margin=dict(l=110, r=20, t=48, b=48),
-                                    legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, font=dict(size=12))))
-    fig.update_xaxes(title="ms per token (each decoder's own work)", rangemode="tozero")
+    title = "Where the time goes: ms per token"
+    if page_s is not None and tokens > 0:   # beside the bars, not among them: no decoder pays it
+        title += f"<br><sup>+ the page's own work: {1000 * page_s / tokens:.0f} ms a token (preview, drawing)</sup>"
+    fig.update_layout(**base_layout(title, height=height, barmode="stack",
+                                    margin=dict(l=110, r=16, t=64, b=24),
+                                    legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12),
+                                                traceorder="normal")))
+    fig.update_xaxes(rangemode="tozero", ticksuffix=" ms")
     return fig
