@@ -60,9 +60,14 @@ class PhaseClock:
     def timings(self) -> dict[str, float]:
         """A step's timings: every phase's seconds, the coarse groups and the total."""
         out = {key(p): v for p, v in self.spent.items()}
-        out.update({g: sum(self.spent[p] for p in ps) for g, ps in GROUPS.items()})
+        out.update(grouped(self.spent))
         out["total_s"] = sum(self.spent.values())
         return out
+
+
+def grouped(spent: dict[str, float]) -> dict[str, float]:
+    """Seconds per phase summed into the coarse groups (GROUPS: draft_s, verify_s, commit_s)."""
+    return {g: sum(spent[p] for p in ps) for g, ps in GROUPS.items()}
 
 
 def split_of(timings: dict) -> dict[str, float] | None:

@@ -29,14 +29,14 @@ from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
 from ..model.timing import sync
-from ..phases import GROUPS, PhaseClock, key
+from ..phases import PHASES, PhaseClock, grouped, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
 from .recording import TraceRecorder, preview_trace, run_meta
 from .text import TextStream
 
 MAX_NEW_TOKENS = 4096
-NO_TIME = PhaseClock().spent   # every phase at 0 s (eagle2/phases.py)
+NO_TIME = dict.fromkeys(PHASES, 0.0)   # every phase at 0 s (eagle2/phases.py)
 
 
 @dataclass(frozen=True)
@@ -357,8 +357,7 @@ class Decoder:
     @property
     def split(self) -> dict[str, float]:
         """Seconds spent drafting, verifying and committing, over every step."""
-        ph = self.phases
-        return {g: sum(ph[p] for p in ps) for g, ps in GROUPS.items()}
+        return grouped(self.phases)
 
     @property
     def text(self) -> str:
