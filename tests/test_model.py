@@ -241,3 +241,17 @@ def test_kv_commit_real(real_bundle):
     ids = real_bundle.tokenizer("The quick brown fox jumps over the lazy dog. Then")["input_ids"]
     run_kv_commit(real_bundle, ids, dict(total_tokens=16, depth=3, top_k=4), cycles=3,
                   vocab=real_bundle.target.args.vocab_size)
+
+
+def test_messages_on_a_tokenizer_without_a_chat_template_read_as_plain_turns(tmp_path):
+    """A bare local folder (no chat template) still takes a conversation: the bench and profile
+    pass messages, and transformers alone would raise."""
+    from transformers import AutoTokenizer
+    from conftest import write_word_tokenizer
+    from eagle2.model.chat import prompt_ids
+    write_word_tokenizer(tmp_path, 16)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert not getattr(tok, "chat_template", None)
+    ids = prompt_ids(tok, messages=[{"role": "user", "content": "w1 w2"}])
+    assert len(ids) > 0 and tok.convert_tokens_to_ids("w1") in ids
+    assert prompt_ids(tok, prompt="w1 w2") == tok("w1 w2", add_special_tokens=True)["input_ids"]

@@ -6,7 +6,13 @@ from ..errors import check
 
 def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
     """Token ids of `messages` under the tokenizer's chat template. transformers returns a list or,
-    in newer versions, a BatchEncoding; both become a plain list."""
+    in newer versions, a BatchEncoding; both become a plain list. A tokenizer without a template
+    (a base model, a bare local folder) reads the turns as plain text, one "role: text" line each,
+    so a conversation still decodes rather than failing inside transformers."""
+    if not getattr(tokenizer, "chat_template", None):
+        text = "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages)
+        return list(tokenizer(text + ("\nassistant:" if add_generation_prompt else ""),
+                              add_special_tokens=True)["input_ids"])
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
     if hasattr(ids, "keys"):
         ids = ids["input_ids"]
