@@ -188,7 +188,9 @@ class ModelHolder:
     def info_md(self) -> str:
         if self.bundle is not None:
             b = self.bundle
-            dev = f"{b.device.type}" + (f" · {b.dtype}".replace("torch.", "") if b.dtype is not None else "")
+            dev = f"{b.device.type} · {b.precision or str(b.dtype).replace('torch.', '')}"
+            if b.precision == "q4_1":
+                dev += " (the GGUF's blocks, integer kernels)"
             head = str(b.head_name)
             if Path(head).is_absolute():  # a machine path (a bundle from elsewhere): its folder's name
                 head = Path(head).name

@@ -33,7 +33,7 @@ def run_meta(dec) -> dict:
     b = dec.b
     pol = {"name": dec.policy_name, **(dec.policy.params() if dec.policy is not None else {})}
     return {"model": b.name, "head": b.head_name, "device": str(b.device),
-            "dtype": str(b.dtype).replace("torch.", ""), "policy": pol,
+            "dtype": b.precision or str(b.dtype).replace("torch.", ""), "policy": pol,
             "sampling": vars(dec.sampling).copy(), "max_new_tokens": dec.max_new_tokens,
             "prompt_ids": dec.prompt_ids, "verify_profile_s": None,
             "prompt_text": b.tokenizer.decode(dec.prompt_ids)}

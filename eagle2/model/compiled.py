@@ -381,6 +381,8 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     bundle.head.compiled = None
     if mode == "no":
         return "eager forward"
+    if getattr(bundle, "precision", "") == "q4_1":
+        return f"q4_1 forward (integer kernels, {t.isa}); the draft head runs eager fp32"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:
         return f"eager forward (the compiled forward is built for CPU float32, not {bundle.device.type} {bundle.dtype})"
     if not hasattr(getattr(torch._C, "_aoti", None), "AOTIModelContainerRunnerCpu"):

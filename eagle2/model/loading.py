@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ class Bundle:
     dtype: torch.dtype
     name: str
     head_name: str
+    precision: str = ""  # what the target multiplies in: "float32", "bfloat16", "q4_1" (quantized.py)
     # computed once per model on first use: the token text table, a policy's index (LANTERN's neighbours)
     derived: dict = field(default_factory=dict, repr=False)
 
@@ -153,6 +155,11 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls."""
     check_sources(target, head)
     dev = pick_device(device)
+    q4 = dtype in ("q4_1", "Q4_1")
+    if q4:
+        if dev.type != "cpu":
+            raise UserError("--dtype q4_1 runs on the CPU (its kernels are AVX2/VNNI); on a GPU use bfloat16.")
+        dtype = "float32"  # activations, caches and the draft head stay fp32
     if dtype is None:
         # fp32 on a CPU: there greedy trees equal plain decoding token for token. In bf16 they do not
         # (its kernels round differently for 1 and N rows: 25% of prompts identical on an AMX Xeon,
@@ -163,7 +170,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         dt = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
               "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
         if dt is None:
-            raise UserError(f"Unknown dtype {dtype!r}: use float32, bfloat16 or float16.")
+            raise UserError(f"Unknown dtype {dtype!r}: use q4_1, float32, bfloat16 or float16.")
     from transformers import AutoTokenizer
 
     target = target or DEFAULT_PRESET
@@ -173,6 +180,18 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         where, ["config.json", "*.safetensors", "tokenizer*", "special_tokens_map.json", "*.jinja",
                 "generation_config.json", "vocab.json", "merges.txt"])
     model = load_target(folder, dev, dt)
+    precision = str(dt).removeprefix("torch.")
+    if q4:
+        from .quantized import quantized
+        from .weights import embedded_gguf, embedded_key
+        key = embedded_key(target)
+        qm = quantized(model, embedded_gguf(key) if key else None,
+                       log=lambda line: print(f"eagle2: {line}", file=sys.stderr, flush=True))
+        if qm is None:
+            print("eagle2: --dtype q4_1 is not available here (the line above says why); running float32.",
+                  file=sys.stderr, flush=True)
+        else:
+            model, precision = qm, qm.precision
     try:
         tok = AutoTokenizer.from_pretrained(str(folder))
     except Exception as e:
@@ -198,7 +217,8 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     for p in list(model.parameters()) + list(h.parameters()):
         p.requires_grad_(False)
     if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
-        pack_linears(model)
+        if precision != "q4_1":
+            pack_linears(model)
         h.pack()
     name = preset.description if preset else str(target)
-    return Bundle(model, h, tok, dev, dt, name, head_name)
+    return Bundle(model, h, tok, dev, dt, name, head_name, precision)

@@ -10,70 +10,43 @@ built. Without it a package runs through torch's binding: the same results, one 
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
-import subprocess
 import sysconfig
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 
-from ..files import atomic_path
+from . import native
 
 NAME = "eagle2_aoti_runner"
 SOURCE = Path(__file__).with_name("aoti_runner.cpp")
 _loaded: dict[Path, object] = {}
 
 
-def folder() -> Path:
-    """Where the built extension lives: keyed by torch and the source."""
-    from .weights import cache_dir
-    key = hashlib.sha256(f"{torch.__version__}|{SOURCE.read_text()}".encode()).hexdigest()[:12]
-    return cache_dir() / "nogil" / key  # beside compiled/, whose folders are pruned by their record
-
-
-def built() -> Path:
-    return folder() / f"{NAME}.so"
-
-
-def compile_command(out: Path) -> list[str]:
-    """The compiler call that builds the extension: torch's headers and libraries, and the pybind11
+def flags() -> list[str]:
+    """The compiler flags that build the extension: torch's headers and libraries, and the pybind11
     ABI torch was built with (so that the extension takes torch's own runner objects)."""
-    from torch._inductor.cpp_builder import get_cpp_compiler
     from torch.utils.cpp_extension import include_paths, library_paths
     abi = [f'-DPYBIND11_{n}="{getattr(torch._C, f"_PYBIND11_{n}")}"' for n in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI")
            if getattr(torch._C, f"_PYBIND11_{n}", None) is not None]
     libs = library_paths()
-    return [get_cpp_compiler(), "-O2", "-shared", "-fPIC", "-std=c++20",
+    return ["-O2", "-shared", "-fPIC", "-std=c++20",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
             f"-DTORCH_EXTENSION_NAME={NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", *abi,
             *[f"-I{d}" for d in include_paths()], f"-I{sysconfig.get_paths()['include']}",
-            str(SOURCE), "-o", str(out), *[f"-L{d}" for d in libs], *[f"-Wl,-rpath,{d}" for d in libs],
+            *[f"-L{d}" for d in libs], *[f"-Wl,-rpath,{d}" for d in libs],
             "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+
+
+def built() -> Path:
+    """Where the built extension lives (native.py: keyed by torch, the flags and the source)."""
+    return native.library_path(NAME, SOURCE, flags())
 
 
 def build(log=None) -> bool:
     """Build the extension unless it is there; False (with the reason logged) when it cannot be."""
-    target = built()
-    if target.exists():
-        return True
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(target.parent / "build.lock"), timeout=600):
-            if target.exists():
-                return True
-            with atomic_path(target, suffix=".so") as tmp:  # renamed into place when whole
-                done = subprocess.run(compile_command(tmp), capture_output=True, text=True, timeout=600)
-                if done.returncode != 0:
-                    raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
-    except Exception as e:  # no compiler: packages run through torch's binding
-        (log or logging.getLogger(__name__).warning)(f"GIL-free runner not built ({type(e).__name__}: {e})")
-        return False
-    if log:
-        log(f"built the GIL-free package runner -> {target}")
-    return True
+    return native.build_library(NAME, SOURCE, flags(), log) is not None
 
 
 def run_function():

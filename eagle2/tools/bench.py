@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     results = measure(bundle, variants, prompts, sp, a.max_new_tokens, a.repeats)
     summary = summarise(results, [row.label for row, _ in variants], sp.greedy)
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if is_cuda(bundle.device) else f" ({machine()})"),
-                    "dtype": str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
+                    "dtype": bundle.precision or str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
                     "packed_weights": bundle.packed, "threads": torch.get_num_threads(), "forward": forward,
                     "machine": {**cpu_info(), "torch": torch.__version__},
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,

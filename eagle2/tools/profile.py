@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     t = measure_verify_times(b, grid=(1, 2, 4, 8, 16, 32, 64))
     floor = weight_bytes / (read_bw * 1e9)  # a forward streams every weight once
     res = {
-        "device": str(b.device), "threads": torch.get_num_threads(), "dtype": str(b.dtype),
+        "device": str(b.device), "threads": torch.get_num_threads(), "dtype": b.precision or str(b.dtype),
         "packed_weights": b.packed,
         "forward": forward, "command": "python -m eagle2 profile " + " ".join(argv or []),
         "weight_bytes": weight_bytes, "copy_bandwidth_gbs": bw, "read_bandwidth_gbs": read_bw,

@@ -1,0 +1,442 @@
+// The target's forward in the GGUF's own precision (eagle2/model/quantized.py drives it).
+//
+// Weights stay in their blocks: Q4_1 (32 values = d * q + m, q in 0..15) for the layers' matrices,
+// Q8_0 (32 values = d * q, q in -127..127) for the LM head. Each activation row is quantised per
+// 32-value block to int8 with its scale d and, for Q4_1's offsets, s = d * sum(q). A block's dot
+// product is an exact int32, so it is the same whichever instructions made it (AVX2's maddubs or
+// VNNI's dpbusd). Everything in floating point runs in one fixed order per output element, in code
+// that does not depend on how many rows are in the call or where a key is stored: every matmul row,
+// norm, RoPE and activation is computed row by row, and attention reduces each query's visible keys
+// one by one in order of absolute position. So a row's results are the same bits whether it runs
+// alone (plain decoding) or as row k of a tree (speculative decoding): greedy identity by
+// construction, not by margin.
+//
+// Built with -mavx2 -mfma -mf16c -ffp-contract=off (no fused multiply-add the code does not spell
+// out); the VNNI variants of the integer dot products are chosen at run time. Called through ctypes
+// (which lets go of the GIL); threads come from OpenMP, the runtime torch itself loads.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+
+// One quantised matrix [N, K] (N outputs, K inputs, K a multiple of 32), nb = K / 32 blocks a row.
+struct QMat {
+    const uint8_t* qs;  // packed quants: see KERNEL below ([ceil(N/8), nb, 128] Q4_1, [.., 256] Q8_0)
+    const void* d;      // fp16 per group and block: 8 scales (Q4_1: then 8 offsets)
+    const void* m;      // unused (the offsets sit beside the scales)
+    const float* bias;  // [N] or null
+    int32_t N, K, type; // type: 0 = Q4_1, 1 = Q8_0
+};
+
+struct QLayer {
+    const float* attn_norm;  // [D]
+    QMat q, k, v, o;
+    const float* ffn_norm;   // [D]
+    QMat gate, up, down;
+};
+
+struct QModel {
+    int32_t D, H, KV, hd, F, L;
+    float eps;
+    const QLayer* layers;  // [L]
+    const float* norm;     // [D] final norm
+    QMat lm_head;
+};
+
+}  // extern "C"
+
+namespace {
+
+// ------------------------------------------------------------------ integer block dot products
+
+enum Isa { AVX2 = 0, AVXVNNI = 1, AVX512VNNI = 2 };
+
+__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Activation rows quantised per block: q int8 [M, nb, 32], d [M, nb], s = d * sum(q) [M, nb].
+struct QRows {
+    std::vector<int8_t> q;
+    std::vector<float> d, s;
+    int M = 0, nb = 0;
+};
+
+// Vector and scalar agree bit for bit here: max and the int sum are exact, the product is one
+// IEEE multiply, and the conversion rounds to nearest even like nearbyint.
+__attribute__((target("avx2,fma,f16c"))) void quantise_rows(const float* x, int M, int K, QRows& out) {
+    const int nb = K / 32;
+    out.M = M;
+    out.nb = nb;
+    out.q.resize((size_t)M * K);
+    out.d.resize((size_t)M * nb);
+    out.s.resize((size_t)M * nb);
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (int r = 0; r < M; ++r) {
+        for (int b = 0; b < nb; ++b) {
+            const float* xb = x + (size_t)r * K + b * 32;
+            __m256 v[4], mx = _mm256_setzero_ps();
+            for (int i = 0; i < 4; ++i) {
+                v[i] = _mm256_loadu_ps(xb + 8 * i);
+                mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            const float amax = _mm_cvtss_f32(m4);
+            const float d = amax / 127.f;
+            const __m256 id = _mm256_set1_ps(d > 0.f ? 127.f / amax : 0.f);
+            __m256i q[4];
+            for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+            // pack 32 int32 to int8 in order (packs works within 128-bit lanes: permute back)
+            const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+            const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
+                                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i*)(out.q.data() + (size_t)r * K + b * 32), p8);
+            __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            out.d[(size_t)r * nb + b] = d;
+            out.s[(size_t)r * nb + b] = d * (float)_mm_cvtsi128_si32(s4);
+        }
+    }
+}
+
+// Weights are repacked (quantized.py `packed`) in groups of 8 outputs, so that one 256-bit lane
+// holds one output: per group and block, Q4_1 has 4 loads of 32 bytes (output c's 4 bytes in each:
+// low nibbles values 4i..4i+3, high nibbles values 16+4i..16+4i+3) and Q8_0 8 loads (values
+// 4i..4i+3), then 8 fp16 scales (and 8 fp16 offsets). A block's dot product for 8 outputs is then 8
+// u8 x s8 four-byte dot products against the row's 4 bytes broadcast, summed exactly in int32.
+//
+// The float work per (row, output) is the same whatever the tile: per block in order,
+// acc = fma(int sum, d_w * d_x, acc) and (Q4_1) off = off + m_w * s_x; the result acc + off (+ bias).
+
+#define KERNEL(NAME, ATTR, VNNI)                                                                     \
+    template <int R>                                                                                 \
+    ATTR inline void NAME(const QMat& w, int grp, const QRows& x, int r0, float* y, int ldy) {       \
+        const int nb = w.K / 32;                                                                     \
+        const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);                     \
+        __m256 acc[R], off[R];                                                                       \
+        for (int r = 0; r < R; ++r) { acc[r] = _mm256_setzero_ps(); off[r] = _mm256_setzero_ps(); }  \
+        const uint16_t* dm = (const uint16_t*)w.d + (size_t)grp * nb * (w.type == 0 ? 16 : 8);       \
+        const uint8_t* wq = w.qs + (size_t)grp * nb * (w.type == 0 ? 128 : 256);                     \
+        for (int b = 0; b < nb; ++b) {                                                               \
+            __m256i isum[R];                                                                         \
+            for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();                            \
+            const int32_t* xs[R];                                                                    \
+            for (int r = 0; r < R; ++r) xs[r] = (const int32_t*)(x.q.data() + ((size_t)(r0 + r) * nb + b) * 32); \
+            /* two int32 sums a row (low and high nibbles), so the dot products' latency overlaps */ \
+            __m256i jsum[R];                                                                         \
+            for (int r = 0; r < R; ++r) jsum[r] = _mm256_setzero_si256();                            \
+            if (w.type == 0) {                                                                       \
+                for (int i = 0; i < 4; ++i) {                                                        \
+                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(wq + i * 32));           \
+                    const __m256i ulo = _mm256_and_si256(raw, lo4);                                  \
+                    const __m256i uhi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);            \
+                    for (int r = 0; r < R; ++r) {                                                    \
+                        const __m256i xlo = _mm256_set1_epi32(xs[r][i]), xhi = _mm256_set1_epi32(xs[r][i + 4]); \
+                        if constexpr (VNNI == 1) {                                                   \
+                            isum[r] = _mm256_dpbusd_avx_epi32(isum[r], ulo, xlo);                    \
+                            jsum[r] = _mm256_dpbusd_avx_epi32(jsum[r], uhi, xhi);                    \
+                        } else if constexpr (VNNI == 2) {                                            \
+                            isum[r] = _mm256_dpbusd_epi32(isum[r], ulo, xlo);                        \
+                            jsum[r] = _mm256_dpbusd_epi32(jsum[r], uhi, xhi);                        \
+                        } else { /* int16 pair sums: 4 groups x 2 x 15 x 127 = 15240 fits */         \
+                            isum[r] = _mm256_add_epi16(isum[r], _mm256_maddubs_epi16(ulo, xlo));     \
+                            jsum[r] = _mm256_add_epi16(jsum[r], _mm256_maddubs_epi16(uhi, xhi));     \
+                        }                                                                            \
+                    }                                                                                \
+                }                                                                                    \
+                if constexpr (VNNI == 0)                                                             \
+                    for (int r = 0; r < R; ++r) {                                                    \
+                        isum[r] = _mm256_madd_epi16(isum[r], ones);                                  \
+                        jsum[r] = _mm256_madd_epi16(jsum[r], ones);                                  \
+                    }                                                                                \
+                wq += 128;                                                                           \
+            } else {                                                                                 \
+                for (int i = 0; i < 8; i += 2) {                                                     \
+                    const __m256i wa = _mm256_loadu_si256((const __m256i*)(wq + i * 32));            \
+                    const __m256i wb = _mm256_loadu_si256((const __m256i*)(wq + i * 32 + 32));       \
+                    const __m256i ua = _mm256_sign_epi8(wa, wa), ub = _mm256_sign_epi8(wb, wb);      \
+                    for (int r = 0; r < R; ++r) {                                                    \
+                        const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(xs[r][i]), wa);        \
+                        const __m256i sb = _mm256_sign_epi8(_mm256_set1_epi32(xs[r][i + 1]), wb);    \
+                        if constexpr (VNNI == 1) {                                                   \
+                            isum[r] = _mm256_dpbusd_avx_epi32(isum[r], ua, sa);                      \
+                            jsum[r] = _mm256_dpbusd_avx_epi32(jsum[r], ub, sb);                      \
+                        } else if constexpr (VNNI == 2) {                                            \
+                            isum[r] = _mm256_dpbusd_epi32(isum[r], ua, sa);                          \
+                            jsum[r] = _mm256_dpbusd_epi32(jsum[r], ub, sb);                          \
+                        } else {                                                                     \
+                            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sa), ones)); \
+                            jsum[r] = _mm256_add_epi32(jsum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ub, sb), ones)); \
+                        }                                                                            \
+                    }                                                                                \
+                }                                                                                    \
+                wq += 256;                                                                           \
+            }                                                                                        \
+            for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], jsum[r]);                \
+            const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)dm));                  \
+            for (int r = 0; r < R; ++r) {                                                            \
+                const size_t xb = (size_t)(r0 + r) * nb + b;                                         \
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(wd, _mm256_set1_ps(x.d[xb])), acc[r]); \
+            }                                                                                        \
+            if (w.type == 0) {                                                                       \
+                const __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(dm + 8)));        \
+                for (int r = 0; r < R; ++r) {                                                        \
+                    const size_t xb = (size_t)(r0 + r) * nb + b;                                     \
+                    off[r] = _mm256_add_ps(off[r], _mm256_mul_ps(wm, _mm256_set1_ps(x.s[xb])));      \
+                }                                                                                    \
+                dm += 16;                                                                            \
+            } else {                                                                                 \
+                dm += 8;                                                                             \
+            }                                                                                        \
+        }                                                                                            \
+        const int n0 = grp * 8, valid = std::min(8, w.N - n0);                                       \
+        for (int r = 0; r < R; ++r) {                                                                \
+            __m256 v = _mm256_add_ps(acc[r], off[r]);                                                \
+            alignas(32) float out[8];                                                                \
+            _mm256_store_ps(out, v);                                                                 \
+            float* yr = y + (size_t)(r0 + r) * ldy + n0;                                             \
+            for (int c = 0; c < valid; ++c) yr[c] = w.bias ? out[c] + w.bias[n0 + c] : out[c];       \
+        }                                                                                            \
+    }                                                                                                \
+    ATTR void NAME##_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy) {      \
+        for (int g = g0; g < g1; ++g) {                                                              \
+            int r = 0;                                                                               \
+            for (; r + 4 <= x.M; r += 4) NAME<4>(w, g, x, r, y, ldy);                                \
+            switch (x.M - r) {                                                                       \
+                case 3: NAME<3>(w, g, x, r, y, ldy); break;                                          \
+                case 2: NAME<2>(w, g, x, r, y, ldy); break;                                          \
+                case 1: NAME<1>(w, g, x, r, y, ldy); break;                                          \
+            }                                                                                        \
+        }                                                                                            \
+    }
+
+KERNEL(kernel_avx2, __attribute__((target("avx2,fma,f16c"))), 0)
+KERNEL(kernel_avxvnni, __attribute__((target("avx2,fma,f16c,avxvnni"))), 1)
+KERNEL(kernel_avx512vnni, __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni"))), 2)
+
+int g_isa = -1;  // chosen once (isa()), or forced by qf_set_isa for the tests
+
+int isa() {
+    if (g_isa < 0) {
+        __builtin_cpu_init();
+        // AVX512-VNNI first: the same 256-bit code with 32 registers, so four rows fit unspilled
+        g_isa = (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) ? AVX512VNNI
+              : __builtin_cpu_supports("avxvnni") ? AVXVNNI
+              : AVX2;
+    }
+    return g_isa;
+}
+
+// outputs in groups g0..g1-1 (8 outputs a group)
+void groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy) {
+    switch (isa()) {
+        case AVXVNNI: kernel_avxvnni_groups(w, g0, g1, x, y, ldy); break;
+        case AVX512VNNI: kernel_avx512vnni_groups(w, g0, g1, x, y, ldy); break;
+        default: kernel_avx2_groups(w, g0, g1, x, y, ldy);
+    }
+}
+
+// Several matrices that read the same rows (q, k, v; gate, up) in one parallel region: outputs are
+// split between threads in chunks, each output computed whole by one thread (no split sums).
+void matmuls(const QMat* const* ws, float* const* ys, int count, const QRows& x, int threads) {
+    int total = 0;  // groups of 8 outputs over all the matrices
+    for (int i = 0; i < count; ++i) total += (ws[i]->N + 7) / 8;
+    const int chunk = 2;
+    const int nchunks = (total + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int c = 0; c < nchunks; ++c) {
+        int g0 = c * chunk, g1 = std::min(total, g0 + chunk);
+        for (int i = 0; i < count && g0 < g1; ++i) {
+            const int G = (ws[i]->N + 7) / 8;
+            if (g0 < G) {
+                groups(*ws[i], g0, std::min(g1, G), x, ys[i], ws[i]->N);
+                g0 = std::min(g1, G);
+            }
+            g0 -= G;
+            g1 -= G;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ float parts, row by row
+
+__attribute__((target("avx2,fma,f16c"))) float dot(const float* a, const float* b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum(acc);
+    for (; i < n; ++i) s = s + a[i] * b[i];
+    return s;
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int T, int D, float eps) {
+    for (int t = 0; t < T; ++t) {
+        const float* xr = x + (size_t)t * D;
+        const float r = 1.f / std::sqrt(dot(xr, xr, D) / (float)D + eps);
+        for (int i = 0; i < D; ++i) y[(size_t)t * D + i] = w[i] * (xr[i] * r);
+    }
+}
+
+// HF's rotate-half RoPE on every head of one row: x * cos + rotate_half(x) * sin.
+void rope(float* x, int heads, int hd, const float* cos, const float* sin) {
+    const int half = hd / 2;
+    float tmp[512];
+    for (int h = 0; h < heads; ++h) {
+        float* v = x + (size_t)h * hd;
+        std::memcpy(tmp, v, sizeof(float) * hd);
+        for (int i = 0; i < hd; ++i) {
+            const float rot = i < half ? -tmp[i + half] : tmp[i - half];
+            v[i] = tmp[i] * cos[i] + rot * sin[i];
+        }
+    }
+}
+
+// One query head over its visible keys, in order of absolute position: scores, a max, the
+// exponentials summed one by one, the values weighted one by one.
+__attribute__((target("avx2,fma,f16c")))
+void attend_one(const float* q, const float* kbase, const float* vbase, const int32_t* slots, int n, int hd,
+                float scale, float* scores, float* out) {
+    float top = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+        scores[j] = dot(q, kbase + (size_t)slots[j] * hd, hd) * scale;
+        top = std::max(top, scores[j]);
+    }
+    float total = 0.f;
+    for (int j = 0; j < n; ++j) {
+        scores[j] = std::exp(scores[j] - top);
+        total = total + scores[j];
+    }
+    __m256 acc[16];
+    const int lanes = hd / 8;  // hd <= 128 and a multiple of 8 (quantized.py checks)
+    for (int i = 0; i < lanes; ++i) acc[i] = _mm256_setzero_ps();
+    for (int j = 0; j < n; ++j) {
+        const float* v = vbase + (size_t)slots[j] * hd;
+        const __m256 p = _mm256_set1_ps(scores[j]);
+        for (int i = 0; i < lanes; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+    }
+    const __m256 inv = _mm256_set1_ps(1.f / total);
+    for (int i = 0; i < lanes; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
+}
+
+}  // namespace
+
+extern "C" {
+
+// Which integer dot product runs: 0 AVX2, 1 AVX-VNNI, 2 AVX512-VNNI (the CPU's best by default).
+int qf_isa() { return isa(); }
+void qf_set_isa(int which) { g_isa = which; }
+
+// y [M, N] = x [M, K] @ w^T, x quantised per block first (the tests' and the LM head's entry).
+void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
+    QRows xq;
+    quantise_rows(x, M, w->K, xq);
+    const QMat* ws[1] = {w};
+    float* ys[1] = {y};
+    matmuls(ws, ys, 1, xq, threads);
+}
+
+// The target's forward for T new tokens written at cache slots start..start+T-1.
+//   x [T, D]: the tokens' embeddings in, the post-norm features out.
+//   cos, sin [T, hd]: the rows of the RoPE tables at the tokens' positions.
+//   kc, vc: the cache [L, KV, cap, hd] (the new K/V are written into it, uncommitted).
+//   positions [T]; visible [T, T] (1 where new row t sees new row j: ancestors and self) or null
+//   for causal order. Every committed slot 0..start-1 is visible to every row.
+//   aux: per layer (and L for the last output) a destination [T, D] for the state entering it, or null.
+// Returns 0, or -1 when a query would see more keys than the cache holds (a caller's bug).
+int qf_forward(const QModel* md, float* x, int T, const float* cos, const float* sin, float* kc, float* vc,
+               int cap, int start, const int64_t* positions, const uint8_t* visible, float* const* aux,
+               int threads) {
+    const int D = md->D, H = md->H, KV = md->KV, hd = md->hd, F = md->F;
+    const size_t head_stride = (size_t)cap * hd, layer_stride = (size_t)KV * head_stride;
+    std::vector<float> h((size_t)T * D), q((size_t)T * H * hd), k((size_t)T * KV * hd), v((size_t)T * KV * hd),
+        att((size_t)T * H * hd), o((size_t)T * D), g((size_t)T * F), u((size_t)T * F);
+    QRows xq;
+    // each row's visible slots in order of position: the committed ones, then its visible new rows
+    std::vector<std::vector<int32_t>> slots(T);
+    for (int t = 0; t < T; ++t) {
+        std::vector<int32_t>& s = slots[t];
+        s.reserve(start + T);
+        for (int j = 0; j < start; ++j) s.push_back(j);
+        std::vector<int> mine;
+        for (int j = 0; j < T; ++j)
+            if (visible ? visible[(size_t)t * T + j] != 0 : j <= t) mine.push_back(j);
+        std::stable_sort(mine.begin(), mine.end(), [&](int a, int b) { return positions[a] < positions[b]; });
+        for (int j : mine) s.push_back(start + j);
+        if ((int)s.size() > cap) return -1;
+    }
+    const float scale = 1.f / std::sqrt((float)hd);
+    const int group = H / KV;
+    for (int l = 0; l < md->L; ++l) {
+        const QLayer& ly = md->layers[l];
+        if (aux && aux[l]) std::memcpy(aux[l], x, sizeof(float) * T * D);
+        rmsnorm(x, ly.attn_norm, h.data(), T, D, md->eps);
+        quantise_rows(h.data(), T, D, xq);
+        {
+            const QMat* ws[3] = {&ly.q, &ly.k, &ly.v};
+            float* ys[3] = {q.data(), k.data(), v.data()};
+            matmuls(ws, ys, 3, xq, threads);
+        }
+        float* kl = kc + l * layer_stride;
+        float* vl = vc + l * layer_stride;
+        for (int t = 0; t < T; ++t) {
+            rope(q.data() + (size_t)t * H * hd, H, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
+            rope(k.data() + (size_t)t * KV * hd, KV, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
+            for (int c = 0; c < KV; ++c) {
+                std::memcpy(kl + c * head_stride + (size_t)(start + t) * hd, k.data() + ((size_t)t * KV + c) * hd, sizeof(float) * hd);
+                std::memcpy(vl + c * head_stride + (size_t)(start + t) * hd, v.data() + ((size_t)t * KV + c) * hd, sizeof(float) * hd);
+            }
+        }
+#pragma omp parallel num_threads(threads) if (threads > 1 && T * H > 1)
+        {
+            std::vector<float> scores(start + T);
+#pragma omp for schedule(static)
+            for (int th = 0; th < T * H; ++th) {
+                const int t = th / H, hh = th % H, c = hh / group;
+                attend_one(q.data() + ((size_t)t * H + hh) * hd, kl + c * head_stride, vl + c * head_stride,
+                           slots[t].data(), (int)slots[t].size(), hd, scale, scores.data(),
+                           att.data() + ((size_t)t * H + hh) * hd);
+            }
+        }
+        quantise_rows(att.data(), T, H * hd, xq);
+        {
+            const QMat* ws[1] = {&ly.o};
+            float* ys[1] = {o.data()};
+            matmuls(ws, ys, 1, xq, threads);
+        }
+        for (size_t i = 0; i < (size_t)T * D; ++i) x[i] = x[i] + o[i];
+        rmsnorm(x, ly.ffn_norm, h.data(), T, D, md->eps);
+        quantise_rows(h.data(), T, D, xq);
+        {
+            const QMat* ws[2] = {&ly.gate, &ly.up};
+            float* ys[2] = {g.data(), u.data()};
+            matmuls(ws, ys, 2, xq, threads);
+        }
+        for (size_t i = 0; i < (size_t)T * F; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+        quantise_rows(g.data(), T, F, xq);
+        {
+            const QMat* ws[1] = {&ly.down};
+            float* ys[1] = {o.data()};
+            matmuls(ws, ys, 1, xq, threads);
+        }
+        for (size_t i = 0; i < (size_t)T * D; ++i) x[i] = x[i] + o[i];
+    }
+    if (aux && aux[md->L]) std::memcpy(aux[md->L], x, sizeof(float) * T * D);
+    rmsnorm(x, md->norm, h.data(), T, D, md->eps);
+    std::memcpy(x, h.data(), sizeof(float) * T * D);
+    return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,346 @@
+"""The target in the GGUF's own precision (`--dtype q4_1`): weights in their blocks, integer dot
+products, every row's result independent of the batch (qforward.cpp says how).
+
+Where the weights come from:
+- the embedded model: its GGUF's own blocks, read as shipped (Q4_1 for the layers' matrices, Q8_0
+  for the tied embedding / LM head; the norms are F32). llama.cpp stores the q and k projections'
+  rows interleaved for its RoPE; they are put back in Hugging Face's order, whole blocks moved.
+- any other folder or hub id: its fp32 weights quantised here the way ggml does (Q4_1 for the
+  matrices, Q8_0 for the LM head), so every Llama-family model gets the same forward.
+
+The fp32 module weights stay beside the blocks: the draft head reads the embedding and the LM head
+in fp32, and the fp32 forward is one flag away.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import UserError
+from . import native
+from .llama import KVCache, LlamaModel
+
+QK = 32            # values per block
+Q4_1, Q8_0 = 0, 1  # qforward.cpp's QMat.type
+SOURCE = Path(__file__).with_name("qforward.cpp")
+NAME = "eagle2_qforward"
+PRECISION = "q4_1"
+
+
+def flags() -> list[str]:
+    """AVX2 (with FMA and F16C) as the baseline; the VNNI dot products are chosen at run time.
+    OpenMP links torch's own runtime (its lib folder first), so one thread pool serves both."""
+    lib = str(Path(torch.__file__).parent / "lib")
+    return ["-O3", "-shared", "-fPIC", "-std=c++17", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off",
+            "-fopenmp", f"-L{lib}", f"-Wl,-rpath,{lib}"]
+
+
+def cpu_problem() -> str | None:
+    """Why this CPU cannot run the integer forward, or None."""
+    cap = torch.backends.cpu.get_cpu_capability()
+    if cap not in ("AVX2", "AVX512"):
+        return f"this CPU has no AVX2 (torch reports {cap})"
+    return None
+
+
+_lib: dict[Path, ctypes.CDLL] = {}
+
+
+def library(log=None) -> ctypes.CDLL | None:
+    """The kernels (built once into the cache, about 5 s), or None with the reason logged."""
+    problem = cpu_problem()
+    if problem:
+        (log or logging.getLogger(__name__).warning)(f"q4_1 kernels not used: {problem}")
+        return None
+    path = native.build_library(NAME, SOURCE, flags(), log)
+    if path is None:
+        return None
+    lib = _lib.get(path)
+    if lib is None:
+        lib = ctypes.CDLL(str(path))  # ctypes lets go of the GIL for the length of each call
+        lib.qf_forward.restype = ctypes.c_int
+        lib.qf_isa.restype = ctypes.c_int
+        _lib[path] = lib
+    return lib
+
+
+ISAS = {0: "AVX2", 1: "AVX-VNNI", 2: "AVX512-VNNI"}
+
+
+# ------------------------------------------------------------------ blocks
+
+
+@dataclass
+class QMatrix:
+    """One matrix [N, K] in blocks of 32 along K: qs (Q4_1 uint8 [N, K/2], two values a byte as
+    ggml packs them; Q8_0 int8 [N, K]), scales d and (Q4_1) offsets m [N, K/32] in fp32 (the
+    file's fp16 values, exactly)."""
+    kind: int
+    qs: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor | None
+    bias: torch.Tensor | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        N, nb = self.d.shape
+        return N, nb * QK
+
+    def nbytes(self) -> int:
+        """Bytes as stored in a GGUF (fp16 scales): what a forward streams."""
+        N, nb = self.d.shape
+        return N * nb * (20 if self.kind == Q4_1 else 34)
+
+    def dequantised(self) -> torch.Tensor:
+        """The fp32 values the blocks hold (what the fp32 forward would multiply by)."""
+        N, nb = self.d.shape
+        if self.kind == Q4_1:
+            q = torch.cat([self.qs.view(N, nb, 16) & 15, self.qs.view(N, nb, 16) >> 4], -1).float()
+            w = q * self.d[..., None] + self.m[..., None]
+        else:
+            w = self.qs.view(N, nb, QK).float() * self.d[..., None]
+        return w.reshape(N, nb * QK)
+
+    def values(self) -> torch.Tensor:
+        """The integer values [N, nb, 32] (Q4_1: 0..15, Q8_0: -127..127)."""
+        N, nb = self.d.shape
+        if self.kind == Q4_1:
+            q = self.qs.view(N, nb, 16)
+            return torch.cat([q & 15, q >> 4], -1)
+        return self.qs.view(N, nb, QK)
+
+    def packed(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(quants, fp16 scales) laid out as qforward.cpp's kernels read them: groups of 8
+        outputs, one output per 32-bit lane (the comment above its KERNEL says how)."""
+        N, nb = self.d.shape
+        G = (N + 7) // 8
+        pad = G * 8 - N
+        v, d = self.values(), self.d
+        if pad:
+            v = torch.cat([v, v.new_zeros(pad, nb, QK)])
+            d = torch.cat([d, d.new_zeros(pad, nb)])
+        v = v.view(G, 8, nb, QK)
+        if self.kind == Q4_1:
+            lo = v[..., :16].view(G, 8, nb, 4, 4)
+            hi = v[..., 16:].view(G, 8, nb, 4, 4)
+            qs = (lo | (hi << 4)).permute(0, 2, 3, 1, 4).reshape(G, nb * 128)
+            m = self.m if not pad else torch.cat([self.m, self.m.new_zeros(pad, nb)])
+            scales = torch.cat([d.view(G, 8, nb).transpose(1, 2), m.view(G, 8, nb).transpose(1, 2)], -1)
+        else:
+            qs = v.view(G, 8, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(G, nb * 256).view(torch.uint8)
+            scales = d.view(G, 8, nb).transpose(1, 2)
+        return qs.contiguous(), scales.half().contiguous()
+
+    def rows(self, order: torch.Tensor) -> "QMatrix":
+        return QMatrix(self.kind, self.qs[order].contiguous(), self.d[order].contiguous(),
+                       None if self.m is None else self.m[order].contiguous(), self.bias)
+
+
+def _half(raw: torch.Tensor) -> torch.Tensor:
+    return raw.contiguous().view(torch.float16).float().squeeze(-1)
+
+
+def from_gguf(raw: torch.Tensor, kind: int) -> QMatrix:
+    """A GGUF tensor's bytes [N, nb * block bytes] as a QMatrix (block_q4_1: fp16 d, fp16 m, 16
+    bytes of nibbles; block_q8_0: fp16 d, 32 int8)."""
+    N = raw.shape[0]
+    if kind == Q4_1:
+        b = raw.view(N, -1, 20)
+        return QMatrix(Q4_1, b[..., 4:].reshape(N, -1).contiguous(), _half(b[..., 0:2]), _half(b[..., 2:4]))
+    b = raw.view(N, -1, 34)
+    return QMatrix(Q8_0, b[..., 2:].reshape(N, -1).contiguous().view(torch.int8), _half(b[..., 0:2]), None)
+
+
+def quantise_q4_1(w: torch.Tensor) -> QMatrix:
+    """ggml's Q4_1 of fp32 rows: per block min and (max - min) / 15, values rounded half up."""
+    N, K = w.shape
+    b = w.detach().float().reshape(N, K // QK, QK)
+    lo, hi = b.min(-1).values, b.max(-1).values
+    d = (hi - lo) / 15
+    inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+    q = torch.clamp(((b - lo[..., None]) * inv[..., None] + 0.5).to(torch.int32), 0, 15).to(torch.uint8)
+    qs = (q[..., :16] | (q[..., 16:] << 4)).reshape(N, -1).contiguous()
+    return QMatrix(Q4_1, qs, d.half().float(), lo.half().float())
+
+
+def quantise_q8_0(w: torch.Tensor) -> QMatrix:
+    """ggml's Q8_0 of fp32 rows: per block amax / 127, values rounded to nearest."""
+    N, K = w.shape
+    b = w.detach().float().reshape(N, K // QK, QK)
+    d = b.abs().max(-1).values / 127
+    inv = torch.where(d != 0, 1 / d, torch.zeros_like(d))
+    q = torch.round(b * inv[..., None]).to(torch.int8)
+    return QMatrix(Q8_0, q.reshape(N, -1).contiguous(), d.half().float(), None)
+
+
+# ------------------------------------------------------------------ ctypes mirror of qforward.cpp
+
+
+class _CMat(ctypes.Structure):
+    _fields_ = [("qs", ctypes.c_void_p), ("d", ctypes.c_void_p), ("m", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("N", ctypes.c_int32), ("K", ctypes.c_int32), ("type", ctypes.c_int32)]
+
+
+class _CLayer(ctypes.Structure):
+    _fields_ = [("attn_norm", ctypes.c_void_p), ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat),
+                ("ffn_norm", ctypes.c_void_p), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
+
+
+class _CModel(ctypes.Structure):
+    _fields_ = [("D", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32), ("hd", ctypes.c_int32),
+                ("F", ctypes.c_int32), ("L", ctypes.c_int32), ("eps", ctypes.c_float),
+                ("layers", ctypes.POINTER(_CLayer)), ("norm", ctypes.c_void_p), ("lm_head", _CMat)]
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _cmat(m: QMatrix, keep: list) -> _CMat:
+    """The kernels' view of `m` (its packed copy appended to `keep`, which must outlive it)."""
+    N, K = m.shape
+    qs, scales = m.packed()
+    keep += [qs, scales]
+    return _CMat(_ptr(qs), _ptr(scales), None, _ptr(m.bias), N, K, m.kind)
+
+
+MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+class QuantizedLlama(LlamaModel):
+    """LlamaModel whose cached forward and logits run qforward.cpp over blocks (`blocks`: per layer
+    a dict of MATRICES, and "lm_head"). Everything else (the embedding lookup, the RoPE tables, the
+    cache, the training-time forwards) is LlamaModel's."""
+
+    precision = PRECISION
+
+    def attach_blocks(self, layers: list[dict], lm_head: QMatrix, lib: ctypes.CDLL) -> None:
+        a = self.args
+        self.blocks, self.lm_blocks, self.lib = layers, lm_head, lib
+        for i, (blk, layer) in enumerate(zip(layers, self.layers)):
+            att = layer.self_attn
+            for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
+                blk[name].bias = None if lin.bias is None else lin.bias.detach().float().contiguous()
+        keep: list = []  # the packed copies the C structures point into, kept alive with the model
+        c_layers = (_CLayer * a.n_layers)()
+        for i, (blk, layer) in enumerate(zip(layers, self.layers)):
+            c_layers[i] = _CLayer(_ptr(layer.input_layernorm.weight), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
+                                  _ptr(layer.post_attention_layernorm.weight),
+                                  *[_cmat(blk[n], keep) for n in MATRICES[4:]])
+        self._c_layers, self._packed = c_layers, keep
+        self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
+                                a.norm_eps, c_layers, _ptr(self.norm.weight), _cmat(lm_head, keep))
+
+    def weight_bytes(self) -> int:
+        """What one forward streams: the blocks as a GGUF holds them and the norms."""
+        n = sum(m.nbytes() for blk in self.blocks for m in blk.values()) + self.lm_blocks.nbytes()
+        return n + 4 * self.args.dim * (2 * self.args.n_layers + 1)
+
+    @property
+    def isa(self) -> str:
+        return ISAS.get(self.lib.qf_isa(), "?")
+
+    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None):
+        if tokens.dim() != 2 or tokens.shape[0] != 1 or past_mask is not None or tokens.device.type != "cpu":
+            raise UserError("The q4_1 forward runs one sequence on the CPU; use --dtype float32 for batches.")
+        start, T = cache.length, tokens.shape[1]
+        x = self.embed_tokens(tokens[0]).float().contiguous()
+        cos, sin = (t.contiguous() for t in self.rope_at(positions.view(-1)))
+        visible = None if new_mask is None or T == 1 else new_mask.reshape(T, T).to(torch.uint8).contiguous()
+        taps = {}
+        if aux is not None:
+            taps = {i: torch.empty(T, self.args.dim) for i in self.aux_layers}
+        c_aux = (ctypes.c_void_p * (self.args.n_layers + 1))(*[_ptr(taps.get(i)) for i in range(self.args.n_layers + 1)])
+        pos = positions.view(-1).to(torch.int64).contiguous()
+        rc = self.lib.qf_forward(ctypes.byref(self._c_model), ctypes.c_void_p(x.data_ptr()), T,
+                                 ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()),
+                                 ctypes.c_void_p(cache.k.data_ptr()), ctypes.c_void_p(cache.v.data_ptr()),
+                                 cache.max_len, start, ctypes.c_void_p(pos.data_ptr()),
+                                 ctypes.c_void_p(_ptr(visible)), c_aux if aux is not None else None,
+                                 torch.get_num_threads())
+        if rc != 0:
+            raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
+        if aux is not None:
+            aux.extend(taps[i][None] for i in self.aux_layers)
+        return x[None]
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        x = features.float().reshape(-1, self.args.dim).contiguous()
+        y = torch.empty(x.shape[0], self.args.vocab_size)
+        self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), ctypes.c_void_p(x.data_ptr()), x.shape[0],
+                           ctypes.c_void_p(y.data_ptr()), torch.get_num_threads())
+        return y.reshape(*features.shape[:-1], -1)
+
+
+# ------------------------------------------------------------------ building one
+
+
+def _gguf_blocks(gguf: Path, args) -> tuple[list[dict], QMatrix]:
+    """The embedded model's blocks, as shipped, rows in Hugging Face's order."""
+    from gguf import GGUFReader
+    kinds = {"Q4_1": Q4_1, "Q8_0": Q8_0}
+    tensors = {t.name: t for t in GGUFReader(str(gguf)).tensors}
+
+    def read(name: str) -> QMatrix:
+        t = tensors[name]
+        kind = kinds.get(t.tensor_type.name)
+        if kind is None:
+            raise UserError(f"{gguf.name}: tensor {name} is {t.tensor_type.name}, which the q4_1 kernels do "
+                            f"not read (they read Q4_1 and Q8_0); use --dtype float32.")
+        return from_gguf(torch.from_numpy(t.data.copy()), kind)
+
+    def unpermute(m: QMatrix, heads: int) -> QMatrix:
+        # llama.cpp's convert interleaves each head's rotary halves; undo it on whole rows
+        N = m.shape[0]
+        order = torch.arange(N).view(heads, N // heads // 2, 2).transpose(1, 2).reshape(N)
+        return m.rows(order)
+
+    names = {"q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output", "gate": "ffn_gate",
+             "up": "ffn_up", "down": "ffn_down"}
+    layers = []
+    for i in range(args.n_layers):
+        blk = {k: read(f"blk.{i}.{n}.weight") for k, n in names.items()}
+        blk["q"], blk["k"] = unpermute(blk["q"], args.n_heads), unpermute(blk["k"], args.n_kv_heads)
+        layers.append(blk)
+    head = read("output.weight") if "output.weight" in tensors else read("token_embd.weight")
+    return layers, head
+
+
+def _quantised_blocks(model: LlamaModel) -> tuple[list[dict], QMatrix]:
+    layers = []
+    for layer in model.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        mats = {"q": att.q_proj, "k": att.k_proj, "v": att.v_proj, "o": att.o_proj,
+                "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
+        layers.append({k: quantise_q4_1(m.weight) for k, m in mats.items()})
+    return layers, quantise_q8_0(model.lm_head.weight)
+
+
+def quantized(model: LlamaModel, gguf: Path | None = None, log=None) -> QuantizedLlama | None:
+    """`model` (fp32, on the CPU) as a QuantizedLlama sharing its weights: blocks from `gguf` when
+    given (the embedded model), else quantised from its weights. None, with the reason logged, where
+    the kernels cannot run here (no AVX2, no compiler): the caller keeps the fp32 forward."""
+    a = model.args
+    for what, n in (("hidden size", a.dim), ("intermediate size", a.intermediate), ("heads x head dim", a.n_heads * a.head_dim)):
+        if n % QK:
+            raise UserError(f"The q4_1 forward needs a {what} that is a multiple of {QK} (this model's is {n}); "
+                            f"use --dtype float32.")
+    if a.head_dim % 8 or a.head_dim > 128:
+        raise UserError(f"The q4_1 forward takes head sizes up to 128 in steps of 8 (this model's is "
+                        f"{a.head_dim}); use --dtype float32.")
+    lib = library(log)
+    if lib is None:
+        return None
+    layers, head = _gguf_blocks(gguf, a) if gguf is not None else _quantised_blocks(model)
+    with torch.device("meta"):
+        q = QuantizedLlama(a)
+    q.load_state_dict(model.state_dict(), assign=True)
+    if a.tie_embeddings:
+        q.lm_head.weight = q.embed_tokens.weight
+    q.aux_layers = model.aux_layers
+    q.attach_blocks(layers, head, lib)
+    return q.eval()

@@ -1,0 +1,281 @@
+"""The q4_1 forward (model/quantized.py + qforward.cpp): weights in their GGUF blocks, integer dot
+products, and identity by construction.
+
+1. Blocks: ggml's Q4_1 / Q8_0 of fp32 rows round-trip within a block's step, the kernels' matmul
+   equals x @ dequantised(W)^T up to the activations' own int8 rounding, and every instruction
+   set this CPU has gives the same bits.
+2. Row invariance, bitwise: one token alone against the same token as row k of N = 2-16 rows, and
+   a tree row against plain decoding's row for the same token; on the tiny model and the real one.
+3. Greedy identity of every lossless policy in this precision; sampling keeps its distribution
+   (chi-square on the tiny model, in q4_1).
+4. The embedded model's blocks are the GGUF's own: dequantised, they are the fp32 weights exactly.
+5. Bad input: a model the kernels cannot take, a GGUF type they do not read, a CPU without AVX2.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+from eagle2.cycle.sampling import SamplingParams
+from eagle2.decoding.decoder import Decoder
+from eagle2.errors import UserError
+from eagle2.model import quantized as Q
+from eagle2.model.loading import load_bundle
+
+pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
+
+
+@pytest.fixture(scope="module")
+def tiny_q4(tiny_target):
+    """A tiny Llama (vocab 97: the LM head's last group of 8 outputs is partial) in q4_1, random head."""
+    folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
+    b = load_bundle(str(folder), "random", dtype="q4_1")
+    assert b.precision == "q4_1" and isinstance(b.target, Q.QuantizedLlama)
+    return b
+
+
+def _matmul(lib, cmat, x: torch.Tensor, n: int) -> torch.Tensor:
+    y = torch.empty(x.shape[0], n)
+    lib.qf_matmul(ctypes.byref(cmat), ctypes.c_void_p(x.data_ptr()), x.shape[0], ctypes.c_void_p(y.data_ptr()), 2)
+    return y
+
+
+def _has(flag: str) -> bool:
+    try:
+        return flag in open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+
+
+# ------------------------------------------------------------------ 1. blocks and kernels
+def test_ggml_blocks_round_trip_within_a_step():
+    w = torch.randn(24, 96) * 0.2
+    q4, q8 = Q.quantise_q4_1(w), Q.quantise_q8_0(w)
+    step4 = (q4.d.repeat_interleave(32, 1))
+    assert ((q4.dequantised() - w).abs() <= 0.5 * step4 + 2e-3 * w.abs().max()).all()
+    assert ((q8.dequantised() - w).abs() <= 0.5 * q8.d.repeat_interleave(32, 1) + 1e-3 * w.abs().max()).all()
+    assert int(q4.values().max()) <= 15 and int(q8.values().abs().max()) <= 127
+
+
+@pytest.mark.parametrize("kind", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("n", [8, 13, 40])
+def test_the_kernels_multiply_by_the_blocks_values(tiny_q4, kind, n):
+    lib = tiny_q4.target.lib
+    w = torch.randn(n, 64) * 0.3
+    m = Q.quantise_q4_1(w) if kind == "q4_1" else Q.quantise_q8_0(w)
+    keep: list = []
+    cm = Q._cmat(m, keep)
+    x = torch.randn(7, 64)
+    y = _matmul(lib, cm, x, n)
+    ref = x @ m.dequantised().T
+    assert ((y - ref).norm() / ref.norm()).item() < 0.02  # only the activations' int8 rounding
+
+
+def test_every_instruction_set_gives_the_same_bits(tiny_q4):
+    lib = tiny_q4.target.lib
+    best = lib.qf_isa()
+    w = torch.randn(40, 96)
+    keep: list = []
+    mats = [Q._cmat(Q.quantise_q4_1(w), keep), Q._cmat(Q.quantise_q8_0(w), keep)]
+    x = torch.randn(6, 96) * 3
+    isas = [0] + [i for i in (1, 2) if (i == 1 and _has("avx_vnni")) or (i == 2 and _has("avx512_vnni"))]
+    try:
+        outs = {}
+        for i in isas:
+            lib.qf_set_isa(i)
+            outs[i] = [_matmul(lib, c, x, 40) for c in mats]
+    finally:
+        lib.qf_set_isa(best)
+    for i in isas[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[i])), f"{Q.ISAS[i]} differs from AVX2"
+
+
+# ------------------------------------------------------------------ 2. row invariance
+def _rows_alone_and_batched(target, prompt: list[int], extra: list[int]):
+    """(each extra token run alone after the prompt, as plain decoding does; the same tokens as rows
+    of one causal forward) -> (features, logits) of both."""
+    c1 = target.new_cache(len(prompt) + len(extra) + 8)
+    target.forward_cached(c1, torch.tensor(prompt), torch.arange(len(prompt)))
+    c1.advance(len(prompt))
+    alone = []
+    for i, t in enumerate(extra):
+        alone.append(target.forward_cached(c1, torch.tensor([t]), torch.tensor([len(prompt) + i])))
+        c1.advance(1)
+    alone = torch.cat(alone)
+    c2 = target.new_cache(len(prompt) + len(extra) + 8)
+    target.forward_cached(c2, torch.tensor(prompt), torch.arange(len(prompt)))
+    c2.advance(len(prompt))
+    T = len(extra)
+    together = target.forward_cached(c2, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
+                                     torch.ones(T, T, dtype=torch.bool).tril())
+    return (alone, target.logits(alone)), (together, target.logits(together))
+
+
+def _tree_row_against_plain(target, prompt: list[int], path: list[int], noise: list[int]):
+    """A tree whose nodes are `path` (a chain from the root) with `noise` siblings interleaved at
+    every level: the deepest path node's row against plain decoding of the same tokens."""
+    tokens, parents = [], []
+    prev = -1
+    for i, t in enumerate(path):
+        tokens.append(noise[i % len(noise)])  # a sibling first: the path's rows are not contiguous
+        parents.append(prev)
+        tokens.append(t)
+        parents.append(prev)
+        prev = len(tokens) - 1
+    T = len(tokens)
+    mask = torch.zeros(T, T, dtype=torch.bool)
+    depth = []
+    for j in range(T):
+        k, d = j, 0
+        while k >= 0:
+            mask[j, k] = True
+            k, d = parents[k], d + 1
+        depth.append(d - 1)
+    L = len(prompt)
+    c = target.new_cache(L + T + 8)
+    target.forward_cached(c, torch.tensor(prompt), torch.arange(L))
+    c.advance(L)
+    tree = target.forward_cached(c, torch.tensor(tokens), torch.tensor([L + d for d in depth]), mask)
+    (alone, _), _ = _rows_alone_and_batched(target, prompt, path)
+    return tree[prev], alone[-1]
+
+
+def test_a_row_is_the_same_bits_alone_or_in_a_batch_tiny(tiny_q4):
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 3, 5, 8, 16):
+        prompt = torch.randint(1, 97, (9,), generator=g).tolist()
+        extra = torch.randint(1, 97, (n,), generator=g).tolist()
+        (fa, la), (fb, lb) = _rows_alone_and_batched(tiny_q4.target, prompt, extra)
+        assert torch.equal(fa, fb) and torch.equal(la, lb), f"N={n}"
+    for depth in (1, 2, 3, 5):
+        prompt = torch.randint(1, 97, (7,), generator=g).tolist()
+        path = torch.randint(1, 97, (depth,), generator=g).tolist()
+        tree_row, plain_row = _tree_row_against_plain(tiny_q4.target, prompt, path, [3, 11, 50])
+        assert torch.equal(tree_row, plain_row), f"depth {depth}"
+
+
+# ------------------------------------------------------------------ 3. identity and sampling
+@pytest.mark.parametrize("policy,kw", [("eagle2", dict(total_tokens=10, depth=4, top_k=3)),
+                                       ("static", {}), ("eagle2-auto", {}), ("dyspec", dict(total_tokens=8)),
+                                       ("ddd", dict(total_tokens=8, depth=4, top_k=3, check_levels=(2, 3)))])
+def test_greedy_identity_in_q4_1_tiny(tiny_q4, policy, kw):
+    for prompt in ([1, 2, 3], [5, 4], [9, 9, 9, 1]):
+        ref = Decoder(tiny_q4, "plain", SamplingParams(), max_new_tokens=30, record=False)
+        ref.start(input_ids=prompt)
+        ref.generate()
+        d = Decoder(tiny_q4, policy, SamplingParams(), max_new_tokens=30, record=False, **kw)
+        d.start(input_ids=prompt)
+        d.generate()
+        assert d.generated == ref.generated, f"{policy} departs from plain q4_1 on {prompt}"
+
+
+def test_sampling_keeps_the_q4_1_distribution(tiny_target):
+    """The first speculated token (after the prefill's own) under eagle2 against the q4_1 target's
+    softmax given the same first token: counts against the summed conditional probabilities
+    (chi-square; 600 draws, p > 0.001)."""
+    from scipy.stats import chisquare
+    V = 12
+    folder, _ = tiny_target("q4-sampling", vocab=V, hidden=32, layers=1, heads=2, kv_heads=1, inter=64,
+                            lm_std=0.5, seed=5)
+    b = load_bundle(str(folder), "random", dtype="q4_1")
+    prompt = [1, 2, 3]
+    cond = {}
+    for root in range(V):
+        c = b.target.new_cache(16)
+        feats = b.target.forward_cached(c, torch.tensor(prompt + [root]), torch.arange(4))
+        cond[root] = torch.softmax(b.target.logits(feats[-1]).double(), -1).numpy()
+    counts, expected = np.zeros(V), np.zeros(V)
+    for seed in range(600):
+        d = Decoder(b, "eagle2", SamplingParams(temperature=1.0, seed=seed), max_new_tokens=3, record=False,
+                    total_tokens=6, depth=3, top_k=2)
+        d.start(input_ids=prompt)
+        d.step()
+        counts[d.generated[1]] += 1
+        expected += cond[d.generated[0]]
+    keep = expected >= 5
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    assert chisquare(obs, exp).pvalue > 1e-3
+
+
+# ------------------------------------------------------------------ 4-5. the real model, bad input
+@pytest.fixture(scope="module")
+def real_q4(real_model_cache):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EAGLE2_CACHE", str(real_model_cache))
+        return load_bundle(dtype="q4_1")
+
+
+@pytest.mark.slow
+def test_the_embedded_blocks_are_the_ggufs_own(real_q4, real_bundle):
+    t, f = real_q4.target, real_bundle.target
+    for i in (0, 17, 29):
+        att, mlp = f.layers[i].self_attn, f.layers[i].mlp
+        for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj), ("o", att.o_proj),
+                          ("gate", mlp.gate_proj), ("down", mlp.down_proj)):
+            assert torch.equal(t.blocks[i][name].dequantised(), lin.weight), f"layer {i} {name}"
+    assert torch.equal(t.lm_blocks.dequantised(), f.lm_head.weight)
+    assert t.weight_bytes() < 100e6  # about a sixth of the fp32 weights
+
+
+@pytest.mark.slow
+def test_real_model_rows_are_the_same_bits_alone_in_a_batch_and_in_a_tree(real_q4):
+    tok = real_q4.tokenizer
+    prompt = tok("The capital of France is")["input_ids"]
+    g = torch.Generator().manual_seed(1)
+    for n in (2, 4, 7, 16):
+        extra = torch.randint(0, 49152, (n,), generator=g).tolist()
+        (fa, la), (fb, lb) = _rows_alone_and_batched(real_q4.target, prompt, extra)
+        assert torch.equal(fa, fb) and torch.equal(la, lb), f"N={n}"
+    for depth in (1, 3, 5):
+        path = torch.randint(0, 49152, (depth,), generator=g).tolist()
+        tree_row, plain_row = _tree_row_against_plain(real_q4.target, prompt, path, [11, 4000, 30000])
+        assert torch.equal(tree_row, plain_row), f"depth {depth}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["eagle2-auto", "eagle2", "dyspec"])
+def test_greedy_identity_real_model_q4_1(real_q4, policy):
+    from eagle2.tools.prompt_files import HELDOUT, read_prompts
+    for item in read_prompts(HELDOUT)[:3]:
+        msgs = [{"role": "user", "content": item["turns"][0]}]
+        ref = Decoder(real_q4, "plain", SamplingParams(), max_new_tokens=48, record=False)
+        ref.start(messages=msgs)
+        ref.generate()
+        d = Decoder(real_q4, policy, SamplingParams(), max_new_tokens=48, record=False)
+        d.start(messages=msgs)
+        d.generate()
+        assert d.generated == ref.generated
+
+
+def test_a_model_the_kernels_cannot_take_is_a_clear_error(tiny_target):
+    folder, _ = tiny_target("q4-odd", vocab=20, hidden=48, layers=1, heads=2, kv_heads=1, inter=96)
+    with pytest.raises(UserError, match="multiple of 32.*--dtype float32"):
+        load_bundle(str(folder), "random", dtype="q4_1")
+
+
+def test_a_gguf_type_the_kernels_do_not_read_names_the_tensor(tmp_path, tiny_target):
+    import gguf
+    from eagle2.model.loading import load_target
+    folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((64, 64), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    model = load_target(folder, torch.device("cpu"), torch.float32)
+    with pytest.raises(UserError, match=r"blk\.0\.attn_q\.weight is F16.*--dtype float32"):
+        Q.quantized(model, tmp_path / "m.gguf")
+
+
+def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, monkeypatch, capsys):
+    folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
+    monkeypatch.setattr(Q, "cpu_problem", lambda: "this CPU has no AVX2 (torch reports DEFAULT)")
+    b = load_bundle(str(folder), "random", dtype="q4_1")
+    assert b.precision == "float32" and not isinstance(b.target, Q.QuantizedLlama)
+    err = capsys.readouterr().err
+    assert "no AVX2" in err and "running float32" in err
