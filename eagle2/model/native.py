@@ -42,7 +42,7 @@ def build_library(name: str, source: Path, flags: list[str], log=None, timeout: 
             if target.exists():
                 return target
             with atomic_path(target, suffix=".so") as tmp:
-                cmd = [compiler(), *flags, str(source), "-o", str(tmp)]
+                cmd = [compiler(), str(source), *flags, "-o", str(tmp)]  # libraries after the source
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
                 if done.returncode != 0:
                     lines = done.stderr.strip().splitlines()
