@@ -173,6 +173,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     x2 = x.reshape(rows, -1)
+    if hasattr(packed, "apply"):  # a copy for this project's kernels (quantized.KernelWeight)
+        return packed.apply(x2, bias).reshape(*x.shape[:-1], -1)
     if rows == 1:
         y = x2 @ packed.t if bias is None else torch.addmm(bias, x2, packed.t)
     else:

@@ -216,9 +216,11 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states (eager forward)
     for p in list(model.parameters()) + list(h.parameters()):
         p.requires_grad_(False)
-    if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
-        if precision != "q4_1":
-            pack_linears(model)
+    if precision == "q4_1":  # the head's matmuls through the same kernels, in Q8_0 (quantized.kernel_head)
+        from .quantized import kernel_head
+        kernel_head(h, model.lib)
+    elif pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
+        pack_linears(model)
         h.pack()
     name = preset.description if preset else str(target)
     return Bundle(model, h, tok, dev, dt, name, head_name, precision)

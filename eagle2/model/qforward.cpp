@@ -27,8 +27,8 @@ extern "C" {
 
 // One quantised matrix [N, K] (N outputs, K inputs, K a multiple of 32), nb = K / 32 blocks a row.
 struct QMat {
-    const uint8_t* qs;  // packed quants: see KERNEL below ([ceil(N/8), nb, 128] Q4_1, [.., 256] Q8_0)
-    const void* d;      // fp16 per group and block: 8 scales (Q4_1: then 8 offsets)
+    const uint8_t* qs;  // packed quants: see the kernels below ([ceil(N/16), nb, 256] Q4_1, [.., 512] Q8_0)
+    const void* d;      // fp16 per group and block: 16 scales (Q4_1: then 16 offsets)
     const void* m;      // unused (the offsets sit beside the scales)
     const float* bias;  // [N] or null
     int32_t N, K, type; // type: 0 = Q4_1, 1 = Q8_0
@@ -112,135 +112,204 @@ __attribute__((target("avx2,fma,f16c"))) void quantise_rows(const float* x, int 
     }
 }
 
-// Weights are repacked (quantized.py `packed`) in groups of 8 outputs, so that one 256-bit lane
-// holds one output: per group and block, Q4_1 has 4 loads of 32 bytes (output c's 4 bytes in each:
-// low nibbles values 4i..4i+3, high nibbles values 16+4i..16+4i+3) and Q8_0 8 loads (values
-// 4i..4i+3), then 8 fp16 scales (and 8 fp16 offsets). A block's dot product for 8 outputs is then 8
-// u8 x s8 four-byte dot products against the row's 4 bytes broadcast, summed exactly in int32.
+// Weights are repacked (quantized.py `packed`) in groups of 16 outputs, one output per 32-bit lane.
+// Per group and block: Q4_1 has 4 loads of 64 bytes (output c's 4 bytes at 4c: low nibbles values
+// 4i..4i+3, high nibbles values 16+4i..16+4i+3), Q8_0 has 8 (values 4i..4i+3); then 16 fp16 scales
+// (Q4_1: then 16 fp16 offsets). A block's dot product for an output is then 8 four-byte u8 x s8 dot
+// products against the row's matching 4 bytes, broadcast, summed exactly in int32 (AVX2 maddubs,
+// VNNI dpbusd: the same integers). The 512-bit kernel takes a whole group; the 256-bit ones take it
+// as two halves of 8 outputs.
 //
-// The float work per (row, output) is the same whatever the tile: per block in order,
-// acc = fma(int sum, d_w * d_x, acc) and (Q4_1) off = off + m_w * s_x; the result acc + off (+ bias).
+// The float work per (row, output) is the same in every kernel and tile: per block in order,
+// acc = fma(float(int sum), d_w * d_x, acc) and (Q4_1) off = off + m_w * s_x; then acc + off (+ bias).
 
-#define KERNEL(NAME, ATTR, VNNI)                                                                     \
+#define KERNEL256(NAME, ATTR, VNNI)                                                                  \
     template <int R>                                                                                 \
-    ATTR inline void NAME(const QMat& w, int grp, const QRows& x, int r0, float* y, int ldy) {       \
+    ATTR inline void NAME(const QMat& w, int grp, int half, const QRows& x, int r0, float* y, int ldy) { \
         const int nb = w.K / 32;                                                                     \
+        const bool q4 = w.type == 0;                                                                 \
         const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);                     \
         __m256 acc[R], off[R];                                                                       \
         for (int r = 0; r < R; ++r) { acc[r] = _mm256_setzero_ps(); off[r] = _mm256_setzero_ps(); }  \
-        const uint16_t* dm = (const uint16_t*)w.d + (size_t)grp * nb * (w.type == 0 ? 16 : 8);       \
-        const uint8_t* wq = w.qs + (size_t)grp * nb * (w.type == 0 ? 128 : 256);                     \
+        const uint16_t* dm = (const uint16_t*)w.d + (size_t)grp * nb * (q4 ? 32 : 16) + half * 8;    \
+        const uint8_t* wq = w.qs + (size_t)grp * nb * (q4 ? 256 : 512) + half * 32;                  \
         for (int b = 0; b < nb; ++b) {                                                               \
-            __m256i isum[R];                                                                         \
-            for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();                            \
+            __m256i isum[R], jsum[R]; /* two sums a row, so the dot products' latency overlaps */    \
+            for (int r = 0; r < R; ++r) { isum[r] = _mm256_setzero_si256(); jsum[r] = _mm256_setzero_si256(); } \
             const int32_t* xs[R];                                                                    \
             for (int r = 0; r < R; ++r) xs[r] = (const int32_t*)(x.q.data() + ((size_t)(r0 + r) * nb + b) * 32); \
-            /* two int32 sums a row (low and high nibbles), so the dot products' latency overlaps */ \
-            __m256i jsum[R];                                                                         \
-            for (int r = 0; r < R; ++r) jsum[r] = _mm256_setzero_si256();                            \
-            if (w.type == 0) {                                                                       \
+            if (q4) {                                                                                \
                 for (int i = 0; i < 4; ++i) {                                                        \
-                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(wq + i * 32));           \
+                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(wq + i * 64));           \
                     const __m256i ulo = _mm256_and_si256(raw, lo4);                                  \
                     const __m256i uhi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);            \
                     for (int r = 0; r < R; ++r) {                                                    \
                         const __m256i xlo = _mm256_set1_epi32(xs[r][i]), xhi = _mm256_set1_epi32(xs[r][i + 4]); \
-                        if constexpr (VNNI == 1) {                                                   \
+                        if constexpr (VNNI) {                                                        \
                             isum[r] = _mm256_dpbusd_avx_epi32(isum[r], ulo, xlo);                    \
                             jsum[r] = _mm256_dpbusd_avx_epi32(jsum[r], uhi, xhi);                    \
-                        } else if constexpr (VNNI == 2) {                                            \
-                            isum[r] = _mm256_dpbusd_epi32(isum[r], ulo, xlo);                        \
-                            jsum[r] = _mm256_dpbusd_epi32(jsum[r], uhi, xhi);                        \
                         } else { /* int16 pair sums: 4 groups x 2 x 15 x 127 = 15240 fits */         \
                             isum[r] = _mm256_add_epi16(isum[r], _mm256_maddubs_epi16(ulo, xlo));     \
                             jsum[r] = _mm256_add_epi16(jsum[r], _mm256_maddubs_epi16(uhi, xhi));     \
                         }                                                                            \
                     }                                                                                \
                 }                                                                                    \
-                if constexpr (VNNI == 0)                                                             \
+                if constexpr (!VNNI)                                                                 \
                     for (int r = 0; r < R; ++r) {                                                    \
                         isum[r] = _mm256_madd_epi16(isum[r], ones);                                  \
                         jsum[r] = _mm256_madd_epi16(jsum[r], ones);                                  \
                     }                                                                                \
-                wq += 128;                                                                           \
             } else {                                                                                 \
                 for (int i = 0; i < 8; i += 2) {                                                     \
-                    const __m256i wa = _mm256_loadu_si256((const __m256i*)(wq + i * 32));            \
-                    const __m256i wb = _mm256_loadu_si256((const __m256i*)(wq + i * 32 + 32));       \
+                    const __m256i wa = _mm256_loadu_si256((const __m256i*)(wq + i * 64));            \
+                    const __m256i wb = _mm256_loadu_si256((const __m256i*)(wq + i * 64 + 64));       \
                     const __m256i ua = _mm256_sign_epi8(wa, wa), ub = _mm256_sign_epi8(wb, wb);      \
                     for (int r = 0; r < R; ++r) {                                                    \
                         const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(xs[r][i]), wa);        \
                         const __m256i sb = _mm256_sign_epi8(_mm256_set1_epi32(xs[r][i + 1]), wb);    \
-                        if constexpr (VNNI == 1) {                                                   \
+                        if constexpr (VNNI) {                                                        \
                             isum[r] = _mm256_dpbusd_avx_epi32(isum[r], ua, sa);                      \
                             jsum[r] = _mm256_dpbusd_avx_epi32(jsum[r], ub, sb);                      \
-                        } else if constexpr (VNNI == 2) {                                            \
-                            isum[r] = _mm256_dpbusd_epi32(isum[r], ua, sa);                          \
-                            jsum[r] = _mm256_dpbusd_epi32(jsum[r], ub, sb);                          \
                         } else {                                                                     \
                             isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sa), ones)); \
                             jsum[r] = _mm256_add_epi32(jsum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(ub, sb), ones)); \
                         }                                                                            \
                     }                                                                                \
                 }                                                                                    \
-                wq += 256;                                                                           \
             }                                                                                        \
-            for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], jsum[r]);                \
+            wq += q4 ? 256 : 512;                                                                    \
             const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)dm));                  \
             for (int r = 0; r < R; ++r) {                                                            \
                 const size_t xb = (size_t)(r0 + r) * nb + b;                                         \
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(wd, _mm256_set1_ps(x.d[xb])), acc[r]); \
+                const __m256 sums = _mm256_cvtepi32_ps(_mm256_add_epi32(isum[r], jsum[r]));          \
+                acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(wd, _mm256_set1_ps(x.d[xb])), acc[r]);   \
             }                                                                                        \
-            if (w.type == 0) {                                                                       \
-                const __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(dm + 8)));        \
+            if (q4) {                                                                                \
+                const __m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(dm + 16)));       \
                 for (int r = 0; r < R; ++r) {                                                        \
                     const size_t xb = (size_t)(r0 + r) * nb + b;                                     \
                     off[r] = _mm256_add_ps(off[r], _mm256_mul_ps(wm, _mm256_set1_ps(x.s[xb])));      \
                 }                                                                                    \
-                dm += 16;                                                                            \
-            } else {                                                                                 \
-                dm += 8;                                                                             \
             }                                                                                        \
+            dm += q4 ? 32 : 16;                                                                      \
         }                                                                                            \
-        const int n0 = grp * 8, valid = std::min(8, w.N - n0);                                       \
+        const int n0 = grp * 16 + half * 8, valid = std::min(8, w.N - n0);                           \
         for (int r = 0; r < R; ++r) {                                                                \
-            __m256 v = _mm256_add_ps(acc[r], off[r]);                                                \
             alignas(32) float out[8];                                                                \
-            _mm256_store_ps(out, v);                                                                 \
+            _mm256_store_ps(out, _mm256_add_ps(acc[r], off[r]));                                     \
             float* yr = y + (size_t)(r0 + r) * ldy + n0;                                             \
             for (int c = 0; c < valid; ++c) yr[c] = w.bias ? out[c] + w.bias[n0 + c] : out[c];       \
         }                                                                                            \
     }                                                                                                \
     ATTR void NAME##_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy) {      \
-        for (int g = g0; g < g1; ++g) {                                                              \
-            int r = 0;                                                                               \
-            for (; r + 4 <= x.M; r += 4) NAME<4>(w, g, x, r, y, ldy);                                \
-            switch (x.M - r) {                                                                       \
-                case 3: NAME<3>(w, g, x, r, y, ldy); break;                                          \
-                case 2: NAME<2>(w, g, x, r, y, ldy); break;                                          \
-                case 1: NAME<1>(w, g, x, r, y, ldy); break;                                          \
+        for (int g = g0; g < g1; ++g)                                                                \
+            for (int half = 0; half < 2 && g * 16 + half * 8 < w.N; ++half) {                        \
+                int r = 0;                                                                           \
+                for (; r + 4 <= x.M; r += 4) NAME<4>(w, g, half, x, r, y, ldy);                      \
+                switch (x.M - r) {                                                                   \
+                    case 3: NAME<3>(w, g, half, x, r, y, ldy); break;                                \
+                    case 2: NAME<2>(w, g, half, x, r, y, ldy); break;                                \
+                    case 1: NAME<1>(w, g, half, x, r, y, ldy); break;                                \
+                }                                                                                    \
             }                                                                                        \
-        }                                                                                            \
     }
 
-KERNEL(kernel_avx2, __attribute__((target("avx2,fma,f16c"))), 0)
-KERNEL(kernel_avxvnni, __attribute__((target("avx2,fma,f16c,avxvnni"))), 1)
-KERNEL(kernel_avx512vnni, __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni"))), 2)
+KERNEL256(kernel_avx2, __attribute__((target("avx2,fma,f16c"))), false)
+KERNEL256(kernel_avxvnni, __attribute__((target("avx2,fma,f16c,avxvnni"))), true)
+
+#define ATTR512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+template <int R>
+ATTR512 inline void kernel512(const QMat& w, int grp, const QRows& x, int r0, float* y, int ldy) {
+    const int nb = w.K / 32;
+    const bool q4 = w.type == 0;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[R], off[R];
+    for (int r = 0; r < R; ++r) { acc[r] = _mm512_setzero_ps(); off[r] = _mm512_setzero_ps(); }
+    const uint16_t* dm = (const uint16_t*)w.d + (size_t)grp * nb * (q4 ? 32 : 16);
+    const uint8_t* wq = w.qs + (size_t)grp * nb * (q4 ? 256 : 512);
+    for (int b = 0; b < nb; ++b) {
+        __m512i isum[R], jsum[R];
+        for (int r = 0; r < R; ++r) { isum[r] = _mm512_setzero_si512(); jsum[r] = _mm512_setzero_si512(); }
+        const int32_t* xs[R];
+        for (int r = 0; r < R; ++r) xs[r] = (const int32_t*)(x.q.data() + ((size_t)(r0 + r) * nb + b) * 32);
+        if (q4) {
+            for (int i = 0; i < 4; ++i) {
+                const __m512i raw = _mm512_loadu_si512((const void*)(wq + i * 64));
+                const __m512i ulo = _mm512_and_si512(raw, lo4);
+                const __m512i uhi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+                for (int r = 0; r < R; ++r) {
+                    isum[r] = _mm512_dpbusd_epi32(isum[r], ulo, _mm512_set1_epi32(xs[r][i]));
+                    jsum[r] = _mm512_dpbusd_epi32(jsum[r], uhi, _mm512_set1_epi32(xs[r][i + 4]));
+                }
+            }
+        } else {  // s8 x s8 as |w| x (x with w's sign): the 256-bit kernels' integers exactly
+            for (int i = 0; i < 8; i += 2) {
+                const __m512i wa = _mm512_loadu_si512((const void*)(wq + i * 64));
+                const __m512i wb = _mm512_loadu_si512((const void*)(wq + i * 64 + 64));
+                const __m512i ua = _mm512_abs_epi8(wa), ub = _mm512_abs_epi8(wb);
+                const __mmask64 na = _mm512_movepi8_mask(wa), nbm = _mm512_movepi8_mask(wb);
+                for (int r = 0; r < R; ++r) {
+                    const __m512i xa = _mm512_set1_epi32(xs[r][i]), xb = _mm512_set1_epi32(xs[r][i + 1]);
+                    const __m512i sa = _mm512_mask_sub_epi8(xa, na, _mm512_setzero_si512(), xa);
+                    const __m512i sb = _mm512_mask_sub_epi8(xb, nbm, _mm512_setzero_si512(), xb);
+                    // where w is 0, sign() gives 0 and |w| is 0: the product is 0 either way
+                    isum[r] = _mm512_dpbusd_epi32(isum[r], ua, sa);
+                    jsum[r] = _mm512_dpbusd_epi32(jsum[r], ub, sb);
+                }
+            }
+        }
+        wq += q4 ? 256 : 512;
+        const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)dm));
+        for (int r = 0; r < R; ++r) {
+            const size_t xb = (size_t)(r0 + r) * nb + b;
+            const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(isum[r], jsum[r]));
+            acc[r] = _mm512_fmadd_ps(sums, _mm512_mul_ps(wd, _mm512_set1_ps(x.d[xb])), acc[r]);
+        }
+        if (q4) {
+            const __m512 wm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dm + 16)));
+            for (int r = 0; r < R; ++r) {
+                const size_t xb = (size_t)(r0 + r) * nb + b;
+                off[r] = _mm512_add_ps(off[r], _mm512_mul_ps(wm, _mm512_set1_ps(x.s[xb])));
+            }
+        }
+        dm += q4 ? 32 : 16;
+    }
+    const int n0 = grp * 16, valid = std::min(16, w.N - n0);
+    for (int r = 0; r < R; ++r) {
+        alignas(64) float out[16];
+        _mm512_store_ps(out, _mm512_add_ps(acc[r], off[r]));
+        float* yr = y + (size_t)(r0 + r) * ldy + n0;
+        for (int c = 0; c < valid; ++c) yr[c] = w.bias ? out[c] + w.bias[n0 + c] : out[c];
+    }
+}
+
+ATTR512 void kernel_avx512vnni_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy) {
+    for (int g = g0; g < g1; ++g) {
+        int r = 0;
+        for (; r + 4 <= x.M; r += 4) kernel512<4>(w, g, x, r, y, ldy);
+        switch (x.M - r) {
+            case 3: kernel512<3>(w, g, x, r, y, ldy); break;
+            case 2: kernel512<2>(w, g, x, r, y, ldy); break;
+            case 1: kernel512<1>(w, g, x, r, y, ldy); break;
+        }
+    }
+}
 
 int g_isa = -1;  // chosen once (isa()), or forced by qf_set_isa for the tests
 
 int isa() {
     if (g_isa < 0) {
         __builtin_cpu_init();
-        // AVX512-VNNI first: the same 256-bit code with 32 registers, so four rows fit unspilled
-        g_isa = (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) ? AVX512VNNI
+        g_isa = (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl")) ? AVX512VNNI
               : __builtin_cpu_supports("avxvnni") ? AVXVNNI
               : AVX2;
     }
     return g_isa;
 }
 
-// outputs in groups g0..g1-1 (8 outputs a group)
+// outputs in groups g0..g1-1 (16 outputs a group)
 void groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy) {
     switch (isa()) {
         case AVXVNNI: kernel_avxvnni_groups(w, g0, g1, x, y, ldy); break;
@@ -252,15 +321,15 @@ void groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy) {
 // Several matrices that read the same rows (q, k, v; gate, up) in one parallel region: outputs are
 // split between threads in chunks, each output computed whole by one thread (no split sums).
 void matmuls(const QMat* const* ws, float* const* ys, int count, const QRows& x, int threads) {
-    int total = 0;  // groups of 8 outputs over all the matrices
-    for (int i = 0; i < count; ++i) total += (ws[i]->N + 7) / 8;
-    const int chunk = 2;
+    int total = 0;  // groups of 16 outputs over all the matrices
+    for (int i = 0; i < count; ++i) total += (ws[i]->N + 15) / 16;
+    const int chunk = 1;
     const int nchunks = (total + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int c = 0; c < nchunks; ++c) {
         int g0 = c * chunk, g1 = std::min(total, g0 + chunk);
         for (int i = 0; i < count && g0 < g1; ++i) {
-            const int G = (ws[i]->N + 7) / 8;
+            const int G = (ws[i]->N + 15) / 16;
             if (g0 < G) {
                 groups(*ws[i], g0, std::min(g1, G), x, ys[i], ws[i]->N);
                 g0 = std::min(g1, G);
@@ -304,28 +373,91 @@ void rope(float* x, int heads, int hd, const float* cos, const float* sin) {
     }
 }
 
-// One query head over its visible keys, in order of absolute position: scores, a max, the
-// exponentials summed one by one, the values weighted one by one.
+// exp on 8 lanes (Cephes' expf: x = k ln2 + r, a degree-7 polynomial in r, times 2^k), written out
+// with explicit fmas so that it is one fixed sequence of operations: the same bits for a value
+// whichever lane or call it comes in. Accurate to about 2 ulp over the range softmax and SiLU use.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// g <- silu(g) * u, 8 at a time (n a multiple of 8: the intermediate size is one of 32)
+__attribute__((target("avx2,fma,f16c"))) void silu_mul(float* g, const float* u, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
+    for (size_t i = 0; i < n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 sig = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, sig), _mm256_loadu_ps(u + i)));
+    }
+}
+
+// 8 fp16 values as fp32 (exact)
+__attribute__((target("avx2,fma,f16c"))) inline __m256 half8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+}
+
+// n fp32 values stored as fp16, rounded to nearest even (n a multiple of 8)
+__attribute__((target("avx2,fma,f16c"))) void to_half(const float* x, uint16_t* y, int n) {
+    for (int i = 0; i < n; i += 8)
+        _mm_storeu_si128((__m128i*)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+}
+
+// One query head over its visible keys, in order of absolute position: the scores, their max, the
+// exponentials summed in blocks of 8 keys by position (lane l sums keys l, l + 8, ...; a fixed
+// horizontal sum), the values weighted one key after another. `scores` has room for n rounded up to 8.
 __attribute__((target("avx2,fma,f16c")))
-void attend_one(const float* q, const float* kbase, const float* vbase, const int32_t* slots, int n, int hd,
+void attend_one(const float* q, const uint16_t* kbase, const uint16_t* vbase, const int32_t* slots, int n, int hd,
                 float scale, float* scores, float* out) {
-    float top = -INFINITY;
-    for (int j = 0; j < n; ++j) {
-        scores[j] = dot(q, kbase + (size_t)slots[j] * hd, hd) * scale;
-        top = std::max(top, scores[j]);
-    }
-    float total = 0.f;
-    for (int j = 0; j < n; ++j) {
-        scores[j] = std::exp(scores[j] - top);
-        total = total + scores[j];
-    }
-    __m256 acc[16];
+    // scores 8 keys at a time: each key's 8 partial sums reduced by the same hadd pattern
+    // (lane l of the result: ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)) of key l's partials); keys past
+    // the last one read key 0 and are masked out below
     const int lanes = hd / 8;  // hd <= 128 and a multiple of 8 (quantized.py checks)
+    const __m256 vscale = _mm256_set1_ps(scale);
+    for (int j = 0; j < n; j += 8) {
+        __m256 part[8];
+        for (int l = 0; l < 8; ++l) {
+            const uint16_t* k = kbase + (size_t)slots[j + l < n ? j + l : 0] * hd;
+            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), half8(k));
+            for (int i = 1; i < lanes; ++i) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i), half8(k + 8 * i), a);
+            part[l] = a;
+        }
+        const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(part[0], part[1]), _mm256_hadd_ps(part[2], part[3]));
+        const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(part[4], part[5]), _mm256_hadd_ps(part[6], part[7]));
+        const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+        _mm256_storeu_ps(scores + j, _mm256_mul_ps(sum, vscale));
+    }
+    float top = -INFINITY;
+    for (int j = 0; j < n; ++j) top = std::max(top, scores[j]);
+    const __m256 vtop = _mm256_set1_ps(top);
+    __m256 tot = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) {
+        __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vtop));
+        if (j + 8 > n) {  // lanes past the last key weigh nothing
+            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            p = _mm256_and_ps(p, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - j), lane)));
+        }
+        _mm256_storeu_ps(scores + j, p);
+        tot = _mm256_add_ps(tot, p);
+    }
+    const float total = hsum(tot);
+    __m256 acc[16];
     for (int i = 0; i < lanes; ++i) acc[i] = _mm256_setzero_ps();
     for (int j = 0; j < n; ++j) {
-        const float* v = vbase + (size_t)slots[j] * hd;
+        const uint16_t* v = vbase + (size_t)slots[j] * hd;
         const __m256 p = _mm256_set1_ps(scores[j]);
-        for (int i = 0; i < lanes; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+        for (int i = 0; i < lanes; ++i) acc[i] = _mm256_fmadd_ps(p, half8(v + 8 * i), acc[i]);
     }
     const __m256 inv = _mm256_set1_ps(1.f / total);
     for (int i = 0; i < lanes; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
@@ -351,12 +483,13 @@ void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
 // The target's forward for T new tokens written at cache slots start..start+T-1.
 //   x [T, D]: the tokens' embeddings in, the post-norm features out.
 //   cos, sin [T, hd]: the rows of the RoPE tables at the tokens' positions.
-//   kc, vc: the cache [L, KV, cap, hd] (the new K/V are written into it, uncommitted).
+//   kc, vc: the cache [L, KV, cap, hd] in fp16, like llama.cpp's (the new K/V are written into it,
+//   uncommitted); attention reads half the bytes fp32 would, and rows stay independent of the batch.
 //   positions [T]; visible [T, T] (1 where new row t sees new row j: ancestors and self) or null
 //   for causal order. Every committed slot 0..start-1 is visible to every row.
 //   aux: per layer (and L for the last output) a destination [T, D] for the state entering it, or null.
 // Returns 0, or -1 when a query would see more keys than the cache holds (a caller's bug).
-int qf_forward(const QModel* md, float* x, int T, const float* cos, const float* sin, float* kc, float* vc,
+int qf_forward(const QModel* md, float* x, int T, const float* cos, const float* sin, uint16_t* kc, uint16_t* vc,
                int cap, int start, const int64_t* positions, const uint8_t* visible, float* const* aux,
                int threads) {
     const int D = md->D, H = md->H, KV = md->KV, hd = md->hd, F = md->F;
@@ -389,22 +522,22 @@ int qf_forward(const QModel* md, float* x, int T, const float* cos, const float*
             float* ys[3] = {q.data(), k.data(), v.data()};
             matmuls(ws, ys, 3, xq, threads);
         }
-        float* kl = kc + l * layer_stride;
-        float* vl = vc + l * layer_stride;
+        uint16_t* kl = kc + l * layer_stride;
+        uint16_t* vl = vc + l * layer_stride;
         for (int t = 0; t < T; ++t) {
             rope(q.data() + (size_t)t * H * hd, H, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
             rope(k.data() + (size_t)t * KV * hd, KV, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
             for (int c = 0; c < KV; ++c) {
-                std::memcpy(kl + c * head_stride + (size_t)(start + t) * hd, k.data() + ((size_t)t * KV + c) * hd, sizeof(float) * hd);
-                std::memcpy(vl + c * head_stride + (size_t)(start + t) * hd, v.data() + ((size_t)t * KV + c) * hd, sizeof(float) * hd);
+                to_half(k.data() + ((size_t)t * KV + c) * hd, kl + c * head_stride + (size_t)(start + t) * hd, hd);
+                to_half(v.data() + ((size_t)t * KV + c) * hd, vl + c * head_stride + (size_t)(start + t) * hd, hd);
             }
         }
 #pragma omp parallel num_threads(threads) if (threads > 1 && T * H > 1)
         {
-            std::vector<float> scores(start + T);
+            std::vector<float> scores(start + T + 8);
 #pragma omp for schedule(static)
-            for (int th = 0; th < T * H; ++th) {
-                const int t = th / H, hh = th % H, c = hh / group;
+            for (int item = 0; item < T * H; ++item) {  // kv head major: a thread reads few heads' keys
+                const int c = item / (T * group), t = (item / group) % T, hh = c * group + item % group;
                 attend_one(q.data() + ((size_t)t * H + hh) * hd, kl + c * head_stride, vl + c * head_stride,
                            slots[t].data(), (int)slots[t].size(), hd, scale, scores.data(),
                            att.data() + ((size_t)t * H + hh) * hd);
@@ -424,7 +557,7 @@ int qf_forward(const QModel* md, float* x, int T, const float* cos, const float*
             float* ys[2] = {g.data(), u.data()};
             matmuls(ws, ys, 2, xq, threads);
         }
-        for (size_t i = 0; i < (size_t)T * F; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+        silu_mul(g.data(), u.data(), (size_t)T * F);
         quantise_rows(g.data(), T, F, xq);
         {
             const QMat* ws[1] = {&ly.down};

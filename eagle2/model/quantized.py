@@ -114,25 +114,25 @@ class QMatrix:
         return self.qs.view(N, nb, QK)
 
     def packed(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(quants, fp16 scales) laid out as qforward.cpp's kernels read them: groups of 8
-        outputs, one output per 32-bit lane (the comment above its KERNEL says how)."""
+        """(quants, fp16 scales) laid out as qforward.cpp's kernels read them: groups of 16
+        outputs, one output per 32-bit lane (the comment above its kernels says how)."""
         N, nb = self.d.shape
-        G = (N + 7) // 8
-        pad = G * 8 - N
-        v, d = self.values(), self.d
+        G = (N + 15) // 16
+        pad = G * 16 - N
+        v, d, m = self.values(), self.d, self.m
         if pad:
             v = torch.cat([v, v.new_zeros(pad, nb, QK)])
             d = torch.cat([d, d.new_zeros(pad, nb)])
-        v = v.view(G, 8, nb, QK)
+            m = None if m is None else torch.cat([m, m.new_zeros(pad, nb)])
+        v = v.view(G, 16, nb, QK)
         if self.kind == Q4_1:
-            lo = v[..., :16].view(G, 8, nb, 4, 4)
-            hi = v[..., 16:].view(G, 8, nb, 4, 4)
-            qs = (lo | (hi << 4)).permute(0, 2, 3, 1, 4).reshape(G, nb * 128)
-            m = self.m if not pad else torch.cat([self.m, self.m.new_zeros(pad, nb)])
-            scales = torch.cat([d.view(G, 8, nb).transpose(1, 2), m.view(G, 8, nb).transpose(1, 2)], -1)
+            lo = v[..., :16].view(G, 16, nb, 4, 4)
+            hi = v[..., 16:].view(G, 16, nb, 4, 4)
+            qs = (lo | (hi << 4)).permute(0, 2, 3, 1, 4).reshape(G, nb * 256)
+            scales = torch.cat([d.view(G, 16, nb).transpose(1, 2), m.view(G, 16, nb).transpose(1, 2)], -1)
         else:
-            qs = v.view(G, 8, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(G, nb * 256).view(torch.uint8)
-            scales = d.view(G, 8, nb).transpose(1, 2)
+            qs = v.view(G, 16, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(G, nb * 512).view(torch.uint8)
+            scales = d.view(G, 16, nb).transpose(1, 2)
         return qs.contiguous(), scales.half().contiguous()
 
     def rows(self, order: torch.Tensor) -> "QMatrix":
@@ -235,6 +235,13 @@ class QuantizedLlama(LlamaModel):
         self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
                                 a.norm_eps, c_layers, _ptr(self.norm.weight), _cmat(lm_head, keep))
 
+    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+        """The K/V cache in fp16, as llama.cpp keeps it: attention reads half fp32's bytes (the
+        kernels convert exactly on load; rows stay independent of the batch)."""
+        self.rope(max_len + 1)
+        a = self.args
+        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, torch.float16, torch.device("cpu"), batch)
+
     def weight_bytes(self) -> int:
         """What one forward streams: the blocks as a GGUF holds them and the norms."""
         n = sum(m.nbytes() for blk in self.blocks for m in blk.values()) + self.lm_blocks.nbytes()
@@ -274,6 +281,47 @@ class QuantizedLlama(LlamaModel):
         self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), ctypes.c_void_p(x.data_ptr()), x.shape[0],
                            ctypes.c_void_p(y.data_ptr()), torch.get_num_threads())
         return y.reshape(*features.shape[:-1], -1)
+
+
+class KernelWeight:
+    """A frozen fp32 weight's Q8_0 copy that llama.linear multiplies through the kernels (the draft
+    head in q4_1: it reads a quarter of fp32's bytes a call, and its drafts need no exactness, only
+    the target's verification does). Same contract as llama.PackedWeight: `valid_for` checks that
+    the weight is still the one copied."""
+
+    def __init__(self, weight: torch.Tensor, lib: ctypes.CDLL):
+        w = weight.detach()
+        self.lib, self.n = lib, w.shape[0]
+        self._keep: list = []
+        self.cmat = _cmat(quantise_q8_0(w), self._keep)
+        self.key = (w.data_ptr(), w._version, tuple(w.shape))
+
+    def valid_for(self, weight: torch.Tensor) -> bool:
+        return self.key == (weight.data_ptr(), weight._version, tuple(weight.shape))
+
+    def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        x = x.float().contiguous()
+        y = torch.empty(x.shape[0], self.n)
+        self.lib.qf_matmul(ctypes.byref(self.cmat), ctypes.c_void_p(x.data_ptr()), x.shape[0],
+                           ctypes.c_void_p(y.data_ptr()), torch.get_num_threads())
+        return y if bias is None else y + bias
+
+    @staticmethod
+    def build(weight: torch.Tensor, lib: ctypes.CDLL) -> "KernelWeight | None":
+        if weight.device.type != "cpu" or weight.dim() != 2 or weight.shape[1] % QK:
+            return None
+        return KernelWeight(weight, lib)
+
+
+def kernel_head(head, lib: ctypes.CDLL) -> None:
+    """The draft head's matmuls (its layer's, its fc's and its LM head's) through Q8_0 copies; a
+    matrix whose input is no multiple of 32 keeps its fp32 matmul."""
+    from .llama import Linear
+    for m in head.modules():
+        if isinstance(m, Linear):
+            m.packed = KernelWeight.build(m.weight, lib)
+    if getattr(head, "lm_weight", None) is not None:
+        head.lm_packed = KernelWeight.build(head.lm_weight, lib)
 
 
 # ------------------------------------------------------------------ building one

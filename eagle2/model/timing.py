@@ -278,9 +278,15 @@ def starting_table(bundle) -> Prior:
             return Prior(t, EAGER)
     t1 = _usable_t1(cached_profile(bundle)) or _usable_t1(cached_profile(bundle, full=False))
     if t1 is None:
-        weight_bytes = sum(p.numel() * p.element_size() for p in bundle.target.parameters())
-        t1 = weight_bytes / (GUESSED_READ_GBS * 1e9)
+        t1 = streamed_bytes(bundle.target) / (GUESSED_READ_GBS * 1e9)
     return Prior(estimated_table(t1), ESTIMATE)
+
+
+def streamed_bytes(target) -> int:
+    """The bytes one forward of `target` reads: its blocks in q4_1 (quantized.py), else its weights."""
+    if hasattr(target, "weight_bytes"):
+        return target.weight_bytes()
+    return sum(p.numel() * p.element_size() for p in target.parameters())
 
 
 class CostTable:

@@ -18,7 +18,8 @@ import torch
 from ..model import routes
 from ..model.llama import Linear
 from ..model.loading import load_bundle
-from ..model.timing import interleaved_medians, measure_verify_times, prefilled_cache, time_forwards, timer
+from ..model.timing import (interleaved_medians, measure_verify_times, prefilled_cache, streamed_bytes,
+                            time_forwards, timer)
 from .flags import add_compile_args, add_model_args, apply_compile, apply_threads, costs_first
 from .prompt_files import HELDOUT, read_prompts
 
@@ -162,14 +163,14 @@ def main(argv=None) -> int:
     apply_threads(a)
     b = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
     forward = apply_compile(a, b)
-    weight_bytes = sum(p.numel() * p.element_size() for p in b.target.parameters())
+    weight_bytes = streamed_bytes(b.target)
     bw = bandwidth_gbs(b.device)
     read_bw = read_bandwidth_gbs(b.device)
     t = measure_verify_times(b, grid=(1, 2, 4, 8, 16, 32, 64))
     floor = weight_bytes / (read_bw * 1e9)  # a forward streams every weight once
     res = {
         "device": str(b.device), "threads": torch.get_num_threads(), "dtype": b.precision or str(b.dtype),
-        "packed_weights": b.packed,
+        "packed_weights": b.packed, "kernels": getattr(b.target, "isa", None),
         "forward": forward, "command": "python -m eagle2 profile " + " ".join(argv or []),
         "weight_bytes": weight_bytes, "copy_bandwidth_gbs": bw, "read_bandwidth_gbs": read_bw,
         "read_floor_one_token_s": floor,
