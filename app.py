@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=env.target, help="model preset, folder or HF id (EAGLE2_TARGET)")
     ap.add_argument("--head", default=env.head, help="EAGLE head folder/id or 'random' (EAGLE2_HEAD)")
     ap.add_argument("--device", default=env.device, help="cpu or cuda (EAGLE2_DEVICE)")
-    ap.add_argument("--dtype", default=env.dtype, help="the weights' dtype (EAGLE2_DTYPE)")
+    ap.add_argument("--dtype", default=env.dtype, help="q4_1 (the embedded model's default on a CPU), float32, bfloat16 (EAGLE2_DTYPE)")
     ap.add_argument("--concurrency", type=int, default=env.concurrency,
                     help="sessions decoding at the same time (each has its own decoders; EAGLE2_CONCURRENCY)")
     ap.add_argument("--recalibrate", action="store_true",

@@ -196,11 +196,12 @@ def real_folder(real_model_cache):
 
 @_pytest.fixture(scope="session")
 def real_bundle(real_model_cache, real_folder):
-    """The default bundle (target + whatever head the preset ships), loaded once per session."""
+    """The default model and head in fp32, loaded once per session."""
     from eagle2.model.loading import load_bundle
     with _pytest.MonkeyPatch.context() as mp:
         mp.setenv("EAGLE2_CACHE", str(real_model_cache))
-        return load_bundle()
+        return load_bundle(dtype="float32")  # the fp32 engine (compiled packages, prepacked weights);
+        # the default, q4_1, has its own fixture (test_quantized.real_q4)
 
 
 @_pytest.fixture(scope="module")

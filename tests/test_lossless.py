@@ -56,7 +56,7 @@ def test_greedy_identity_default_head(real_bundle, plain_refs, policy, kw):
 def test_greedy_identity_random_head(real_bundle, plain_refs):
     """A random head (drafts nearly always rejected) with the paper's EAGLE-2 settings (N=60, d=5,
     k=10); 32 tokens, as every cycle of a random head costs a 60-token verification."""
-    b = real_bundle if real_bundle.head_name.startswith("random") else load_bundle(head="random")
+    b = real_bundle if real_bundle.head_name.startswith("random") else load_bundle(head="random", dtype="float32")
     assert b.head_name.startswith("random")
     dec = Decoder(b, "eagle2", max_new_tokens=32, record=False, total_tokens=60, depth=5, top_k=10)
     dec.start(PROMPTS[0]["prompt"])

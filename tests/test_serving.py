@@ -268,3 +268,38 @@ def test_sessions_starting_at_once_measure_nothing_on_the_server(tiny_target, tm
         assert bad not in json.loads(cache.read_text()).values()
     finally:
         app.stop()
+
+
+def test_many_sessions_step_at_once_on_the_q4_1_forward(tiny_target, tmp_path):
+    """K = 6 sessions step at once on the integer forward (qforward.cpp through ctypes, which lets
+    go of the GIL; each call its own scratch and thread team): every Step answers with its own
+    session's next cycle, sessions with the same prompt get the same tokens, and the server still
+    answers afterwards."""
+    folder, _ = tiny_target("serving")
+    app = App(tmp_path, "--target", str(folder), "--head", "random", "--dtype", "q4_1", "--threads", "1",
+              "--concurrency", "4", env={"EAGLE2_CACHE": str(tmp_path / "cache")})
+    try:
+        out = app.wait_for("ready at", 0, timeout=180)
+        ready = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
+        assert "q4_1" in ready, ready
+        K, S = 6, 4
+        got: dict[int, list] = {}
+
+        def student(i):
+            c = client(app)
+            prompt = " ".join(f"w{(i % 3 * 7 + j) % 90 + 1}" for j in range(5))  # 3 prompts, each twice
+            steps = []
+            for _ in range(S):
+                res = dict(zip(STEP_API, c.submit(prompt, *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)))
+                steps.append((res["status"], res["tokens"]))
+            got[i] = steps
+
+        errors = run_threads(student, K, timeout=K * S * STEP_TIMEOUT)
+        assert answers(app), "the server stopped answering"
+        assert not errors, errors
+        for i in range(K):
+            assert [f"cycle {n}" in s for n, (s, _) in enumerate(got[i], 1)] == [True] * S, got[i]
+        for i in range(3):
+            assert [t for _, t in got[i]] == [t for _, t in got[i + 3]], f"sessions {i} and {i + 3} differ"
+    finally:
+        app.stop()

@@ -120,7 +120,9 @@ class ModelHolder:
         if opts.get("head"):
             argv += ["--head", str(opts["head"])]
         try:
-            attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
+            line = attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
+            if b.precision == "q4_1":  # its own kernels: nothing compiles in the background
+                self.compile_note = line
             ct = b.target.compiled
             if ct is not None and not ct.complete():  # packages still to land: their t(N) then,
                 from eagle2.model.measurer import request_measurement  # measured when quiet

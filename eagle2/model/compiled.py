@@ -379,10 +379,10 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     t = bundle.target
     t.compiled = None
     bundle.head.compiled = None
+    if getattr(bundle, "precision", "") == "q4_1":  # nothing to compile: the kernels are the forward
+        return f"q4_1 forward (integer kernels, {t.isa}); the draft head's matmuls in Q8_0 on the same kernels"
     if mode == "no":
         return "eager forward"
-    if getattr(bundle, "precision", "") == "q4_1":
-        return f"q4_1 forward (integer kernels, {t.isa}); the draft head's matmuls in Q8_0 on the same kernels"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:
         return f"eager forward (the compiled forward is built for CPU float32, not {bundle.device.type} {bundle.dtype})"
     if not hasattr(getattr(torch._C, "_aoti", None), "AOTIModelContainerRunnerCpu"):

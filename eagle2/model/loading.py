@@ -14,7 +14,7 @@ from ..errors import UserError
 from .head import DraftHead, EagleHead, head_from_checkpoint, read_checkpoint
 from .head3 import head3_from_checkpoint, is_eagle3
 from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
-from .weights import DEFAULT_PRESET, PRESETS, hub_download, local_folder, resolve_target
+from .weights import DEFAULT_PRESET, PRESETS, embedded_key, hub_download, local_folder, resolve_target
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
 
@@ -155,6 +155,11 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls."""
     check_sources(target, head)
     dev = pick_device(device)
+    if dtype is None and dev.type == "cpu" and embedded_key(target or DEFAULT_PRESET) is not None:
+        # the embedded model's own precision: its GGUF's blocks on this project's integer kernels,
+        # about 5x fp32's speed on a CPU, and greedy trees equal plain decoding by construction
+        # (quantized.py); where the kernels cannot run, a line says why and fp32 serves
+        dtype = "q4_1"
     q4 = dtype in ("q4_1", "Q4_1")
     if q4:
         if dev.type != "cpu":
@@ -183,7 +188,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     precision = str(dt).removeprefix("torch.")
     if q4:
         from .quantized import quantized
-        from .weights import embedded_gguf, embedded_key
+        from .weights import embedded_gguf
         key = embedded_key(target)
         qm = quantized(model, embedded_gguf(key) if key else None,
                        log=lambda line: print(f"eagle2: {line}", file=sys.stderr, flush=True))

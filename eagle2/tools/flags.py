@@ -14,8 +14,8 @@ def add_model_args(p: argparse.ArgumentParser, head: bool = True, dtype: bool = 
                                                     "(default: the preset's shipped head)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     if dtype:
-        p.add_argument("--dtype", default=None, help="q4_1 (the GGUF's blocks, integer kernels; CPU), float32 (CPU default), "
-                                                     "bfloat16 (CUDA default), float16")
+        p.add_argument("--dtype", default=None, help="q4_1 (the GGUF's blocks on integer kernels: the CPU default for the embedded "
+                                                     "model), float32 (the CPU default for other models), bfloat16 (CUDA default), float16")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
 
 
