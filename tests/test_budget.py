@@ -30,7 +30,7 @@ from lossless_cases import ALPHA, PROMPTS, SPROMPT, SV, chi_square, exact_joint
 
 
 def test_best_rate_is_the_argmax_of_expected_tokens_per_second():
-    t = {1: 1.0, 2: 1.1, 3: 1.2, 4: 3.0}.get
+    t = np.vectorize({1: 1.0, 2: 1.1, 3: 1.2, 4: 3.0}.get)   # t(N) of an array of N, as CostTable.t
     vals = np.array([0.9, 0.5, 0.1])
     n, rate = best_rate(vals, 0.2, t)
     # n=1: 1/1.2; n=2: 1.9/1.3; n=3: 2.4/1.4 (best); n=4: 2.5/3.2

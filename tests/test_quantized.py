@@ -279,3 +279,38 @@ def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, mon
     assert b.precision == "float32" and not isinstance(b.target, Q.QuantizedLlama)
     err = capsys.readouterr().err
     assert "no AVX2" in err and "running float32" in err
+
+
+def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target, tmp_path):
+    """qf_head3 (the EAGLE-3 head's layer in Q8_0, fp16 cache) against the head's own fp32 forward:
+    the same outputs within the int8 roundings, over a prefix and a tree step with a mask."""
+    from test_serving import random_eagle3_head
+    from eagle2.model.head import DraftHead
+    folder, _ = tiny_target("q4-e3", layers=4)
+    b = load_bundle(str(folder), random_eagle3_head(folder, tmp_path / "head"), dtype="q4_1")
+    h = b.head
+    assert isinstance(h.compiled, Q.Head3Kernels)
+    kern = h.compiled
+    g = torch.Generator().manual_seed(2)
+    F = len(h.aux_layers) * b.target.args.dim
+    feats, toks = torch.randn(6, F, generator=g), torch.randint(1, 97, (6,), generator=g)
+    c_k = h.new_cache(32)
+    assert c_k.k.dtype == torch.float16
+    h.compiled = None
+    c_e = h.new_cache(32)
+    gk, lk = kern.run_head(c_k, feats, toks, torch.arange(6), 0)
+    ge, le = DraftHead.forward_logprobs(h, c_e, feats, toks, torch.arange(6), 0)
+    h.compiled = kern
+    assert ((gk - ge).norm() / ge.norm()).item() < 0.05
+    assert (lk.argmax(-1) == le.argmax(-1)).float().mean().item() >= 0.8
+    c_k.advance(6)
+    c_e.advance(6)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)  # a root-child-sibling tree
+    d = h.args.dim
+    par = torch.randn(3, d, generator=g)
+    tt = torch.randint(1, 97, (3,), generator=g)
+    gk, _ = kern.run_head(c_k, par, tt, torch.tensor([6, 7, 7]), 6, mask)
+    h.compiled = None
+    ge, _ = DraftHead.forward_logprobs(h, c_e, par, tt, torch.tensor([6, 7, 7]), 6, mask)
+    h.compiled = kern
+    assert ((gk - ge).norm() / ge.norm()).item() < 0.05

@@ -377,10 +377,11 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     app), build the missing ones in a low-priority child process, each loaded in a thread as it
     lands."""
     t = bundle.target
+    if getattr(bundle, "precision", "") == "q4_1":  # nothing to compile: the kernels are the forward
+        head = "layer" if bundle.head.compiled is not None else "matmuls"
+        return f"q4_1 forward (integer kernels, {t.isa}); the draft head's {head} in Q8_0 on the same kernels"
     t.compiled = None
     bundle.head.compiled = None
-    if getattr(bundle, "precision", "") == "q4_1":  # nothing to compile: the kernels are the forward
-        return f"q4_1 forward (integer kernels, {t.isa}); the draft head's matmuls in Q8_0 on the same kernels"
     if mode == "no":
         return "eager forward"
     if bundle.device.type != "cpu" or bundle.dtype != torch.float32:

@@ -69,7 +69,9 @@ class DraftHead(nn.Module):
         w = self.fc.weight
         self.rope(max_len + 1)
         a = self.args
-        return KVCache(1, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device)
+        # the forward that runs it may keep its cache in another dtype (the q4_1 kernels: fp16)
+        dtype = getattr(self.compiled, "cache_dtype", None) or w.dtype
+        return KVCache(1, a.n_kv_heads, max_len, a.head_dim, dtype, w.device)
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""

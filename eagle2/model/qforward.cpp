@@ -49,6 +49,13 @@ struct QModel {
     QMat lm_head;
 };
 
+struct QHead3 {  // the EAGLE-3 draft head's layer (Q8_0 matrices, q/k/v reading 2 x D)
+    int32_t D, H, KV, hd, F, norm_before_residual;
+    float eps;
+    const float *input_norm, *hidden_norm, *post_norm;
+    QMat q, k, v, o, gate, up, down;
+};
+
 }  // extern "C"
 
 namespace {
@@ -480,6 +487,87 @@ void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
     matmuls(ws, ys, 1, xq, threads);
 }
 
+}  // extern "C"
+
+namespace {
+
+// One layer's working buffers for T rows (a call's own: concurrent calls share nothing).
+struct Scratch {
+    std::vector<float> h, q, k, v, att, o, g, u;
+    QRows xq;
+    Scratch(int T, int D, int Din, int H, int KV, int hd, int F)
+        : h((size_t)T * Din), q((size_t)T * H * hd), k((size_t)T * KV * hd), v((size_t)T * KV * hd),
+          att((size_t)T * H * hd), o((size_t)T * D), g((size_t)T * F), u((size_t)T * F) {}
+};
+
+// Attention of T rows whose input (already quantised in s.xq) gives q, k, v: RoPE, the new K/V
+// stored in fp16 at slots start + t of one layer's cache (kl, vl: [KV, cap, hd]), each row over
+// its `slots`; the output projection's input ends in s.att.
+void attention(const QMat& wq, const QMat& wk, const QMat& wv, Scratch& s, int T, int H, int KV, int hd,
+               const float* cos, const float* sin, uint16_t* kl, uint16_t* vl, int cap, int start,
+               const std::vector<std::vector<int32_t>>& slots, int threads) {
+    const size_t head_stride = (size_t)cap * hd;
+    {
+        const QMat* ws[3] = {&wq, &wk, &wv};
+        float* ys[3] = {s.q.data(), s.k.data(), s.v.data()};
+        matmuls(ws, ys, 3, s.xq, threads);
+    }
+    for (int t = 0; t < T; ++t) {
+        rope(s.q.data() + (size_t)t * H * hd, H, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
+        rope(s.k.data() + (size_t)t * KV * hd, KV, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
+        for (int c = 0; c < KV; ++c) {
+            to_half(s.k.data() + ((size_t)t * KV + c) * hd, kl + c * head_stride + (size_t)(start + t) * hd, hd);
+            to_half(s.v.data() + ((size_t)t * KV + c) * hd, vl + c * head_stride + (size_t)(start + t) * hd, hd);
+        }
+    }
+    const float scale = 1.f / std::sqrt((float)hd);
+    const int group = H / KV;
+    size_t longest = 0;
+    for (const auto& r : slots) longest = std::max(longest, r.size());
+#pragma omp parallel num_threads(threads) if (threads > 1 && T * H > 1)
+    {
+        std::vector<float> scores(longest + 8);
+#pragma omp for schedule(static)
+        for (int item = 0; item < T * H; ++item) {  // kv head major: a thread reads few heads' keys
+            const int c = item / (T * group), t = (item / group) % T, hh = c * group + item % group;
+            attend_one(s.q.data() + ((size_t)t * H + hh) * hd, kl + c * head_stride, vl + c * head_stride,
+                       slots[t].data(), (int)slots[t].size(), hd, scale, scores.data(),
+                       s.att.data() + ((size_t)t * H + hh) * hd);
+        }
+    }
+}
+
+// x += o_proj(att); x += down(silu(gate(n)) * up(n)) with n = post_norm(x): the rest of a layer.
+void attention_out_and_mlp(const QMat& wo, const float* post_norm, const QMat& wg, const QMat& wu, const QMat& wd,
+                           Scratch& s, float* x, int T, int D, int H, int hd, int F, float eps, int threads) {
+    quantise_rows(s.att.data(), T, H * hd, s.xq);
+    {
+        const QMat* ws[1] = {&wo};
+        float* ys[1] = {s.o.data()};
+        matmuls(ws, ys, 1, s.xq, threads);
+    }
+    for (size_t i = 0; i < (size_t)T * D; ++i) x[i] = x[i] + s.o[i];
+    rmsnorm(x, post_norm, s.h.data(), T, D, eps);
+    quantise_rows(s.h.data(), T, D, s.xq);
+    {
+        const QMat* ws[2] = {&wg, &wu};
+        float* ys[2] = {s.g.data(), s.u.data()};
+        matmuls(ws, ys, 2, s.xq, threads);
+    }
+    silu_mul(s.g.data(), s.u.data(), (size_t)T * F);
+    quantise_rows(s.g.data(), T, F, s.xq);
+    {
+        const QMat* ws[1] = {&wd};
+        float* ys[1] = {s.o.data()};
+        matmuls(ws, ys, 1, s.xq, threads);
+    }
+    for (size_t i = 0; i < (size_t)T * D; ++i) x[i] = x[i] + s.o[i];
+}
+
+}  // namespace
+
+extern "C" {
+
 // The target's forward for T new tokens written at cache slots start..start+T-1.
 //   x [T, D]: the tokens' embeddings in, the post-norm features out.
 //   cos, sin [T, hd]: the rows of the RoPE tables at the tokens' positions.
@@ -493,82 +581,70 @@ int qf_forward(const QModel* md, float* x, int T, const float* cos, const float*
                int cap, int start, const int64_t* positions, const uint8_t* visible, float* const* aux,
                int threads) {
     const int D = md->D, H = md->H, KV = md->KV, hd = md->hd, F = md->F;
-    const size_t head_stride = (size_t)cap * hd, layer_stride = (size_t)KV * head_stride;
-    std::vector<float> h((size_t)T * D), q((size_t)T * H * hd), k((size_t)T * KV * hd), v((size_t)T * KV * hd),
-        att((size_t)T * H * hd), o((size_t)T * D), g((size_t)T * F), u((size_t)T * F);
-    QRows xq;
+    const size_t layer_stride = (size_t)KV * cap * hd;
+    Scratch s(T, D, D, H, KV, hd, F);
     // each row's visible slots in order of position: the committed ones, then its visible new rows
     std::vector<std::vector<int32_t>> slots(T);
     for (int t = 0; t < T; ++t) {
-        std::vector<int32_t>& s = slots[t];
-        s.reserve(start + T);
-        for (int j = 0; j < start; ++j) s.push_back(j);
+        std::vector<int32_t>& r = slots[t];
+        r.reserve(start + T);
+        for (int j = 0; j < start; ++j) r.push_back(j);
         std::vector<int> mine;
         for (int j = 0; j < T; ++j)
             if (visible ? visible[(size_t)t * T + j] != 0 : j <= t) mine.push_back(j);
         std::stable_sort(mine.begin(), mine.end(), [&](int a, int b) { return positions[a] < positions[b]; });
-        for (int j : mine) s.push_back(start + j);
-        if ((int)s.size() > cap) return -1;
+        for (int j : mine) r.push_back(start + j);
+        if ((int)r.size() > cap) return -1;
     }
-    const float scale = 1.f / std::sqrt((float)hd);
-    const int group = H / KV;
     for (int l = 0; l < md->L; ++l) {
         const QLayer& ly = md->layers[l];
         if (aux && aux[l]) std::memcpy(aux[l], x, sizeof(float) * T * D);
-        rmsnorm(x, ly.attn_norm, h.data(), T, D, md->eps);
-        quantise_rows(h.data(), T, D, xq);
-        {
-            const QMat* ws[3] = {&ly.q, &ly.k, &ly.v};
-            float* ys[3] = {q.data(), k.data(), v.data()};
-            matmuls(ws, ys, 3, xq, threads);
-        }
-        uint16_t* kl = kc + l * layer_stride;
-        uint16_t* vl = vc + l * layer_stride;
-        for (int t = 0; t < T; ++t) {
-            rope(q.data() + (size_t)t * H * hd, H, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
-            rope(k.data() + (size_t)t * KV * hd, KV, hd, cos + (size_t)t * hd, sin + (size_t)t * hd);
-            for (int c = 0; c < KV; ++c) {
-                to_half(k.data() + ((size_t)t * KV + c) * hd, kl + c * head_stride + (size_t)(start + t) * hd, hd);
-                to_half(v.data() + ((size_t)t * KV + c) * hd, vl + c * head_stride + (size_t)(start + t) * hd, hd);
-            }
-        }
-#pragma omp parallel num_threads(threads) if (threads > 1 && T * H > 1)
-        {
-            std::vector<float> scores(start + T + 8);
-#pragma omp for schedule(static)
-            for (int item = 0; item < T * H; ++item) {  // kv head major: a thread reads few heads' keys
-                const int c = item / (T * group), t = (item / group) % T, hh = c * group + item % group;
-                attend_one(q.data() + ((size_t)t * H + hh) * hd, kl + c * head_stride, vl + c * head_stride,
-                           slots[t].data(), (int)slots[t].size(), hd, scale, scores.data(),
-                           att.data() + ((size_t)t * H + hh) * hd);
-            }
-        }
-        quantise_rows(att.data(), T, H * hd, xq);
-        {
-            const QMat* ws[1] = {&ly.o};
-            float* ys[1] = {o.data()};
-            matmuls(ws, ys, 1, xq, threads);
-        }
-        for (size_t i = 0; i < (size_t)T * D; ++i) x[i] = x[i] + o[i];
-        rmsnorm(x, ly.ffn_norm, h.data(), T, D, md->eps);
-        quantise_rows(h.data(), T, D, xq);
-        {
-            const QMat* ws[2] = {&ly.gate, &ly.up};
-            float* ys[2] = {g.data(), u.data()};
-            matmuls(ws, ys, 2, xq, threads);
-        }
-        silu_mul(g.data(), u.data(), (size_t)T * F);
-        quantise_rows(g.data(), T, F, xq);
-        {
-            const QMat* ws[1] = {&ly.down};
-            float* ys[1] = {o.data()};
-            matmuls(ws, ys, 1, xq, threads);
-        }
-        for (size_t i = 0; i < (size_t)T * D; ++i) x[i] = x[i] + o[i];
+        rmsnorm(x, ly.attn_norm, s.h.data(), T, D, md->eps);
+        quantise_rows(s.h.data(), T, D, s.xq);
+        attention(ly.q, ly.k, ly.v, s, T, H, KV, hd, cos, sin, kc + l * layer_stride, vc + l * layer_stride, cap,
+                  start, slots, threads);
+        attention_out_and_mlp(ly.o, ly.ffn_norm, ly.gate, ly.up, ly.down, s, x, T, D, H, hd, F, md->eps, threads);
     }
     if (aux && aux[md->L]) std::memcpy(aux[md->L], x, sizeof(float) * T * D);
-    rmsnorm(x, md->norm, h.data(), T, D, md->eps);
-    std::memcpy(x, h.data(), sizeof(float) * T * D);
+    rmsnorm(x, md->norm, s.h.data(), T, D, md->eps);
+    std::memcpy(x, s.h.data(), sizeof(float) * T * D);
+    return 0;
+}
+
+// The EAGLE-3 draft head's layer (head3.Eagle3Layer) for T pairs written at its cache slots
+// start..start+T-1: attention over [input_norm(emb); hidden_norm(hidden)], the residual stream the
+// hidden state (normed first with norm_before_residual), then the MLP. Its drafts need no
+// exactness; this saves the ~60 small torch calls a draft call otherwise makes.
+//   emb, hidden [T, D] in; g [T, D] out (the layer's output, before the head's final norm).
+//   kc, vc: its cache [KV, cap, hd] in fp16. Slots before `committed` are visible to every row;
+//   slots committed..start+T-1 follow tree [T, start + T - committed] (null: causal, start ==
+//   committed).
+int qf_head3(const QHead3* m, const float* emb, const float* hidden, float* g, int T, const float* cos,
+             const float* sin, uint16_t* kc, uint16_t* vc, int cap, int committed, int start,
+             const uint8_t* tree, int threads) {
+    const int D = m->D, H = m->H, KV = m->KV, hd = m->hd, F = m->F;
+    Scratch s(T, D, 2 * D, H, KV, hd, F);
+    const int W = start + T - committed;
+    std::vector<std::vector<int32_t>> slots(T);
+    for (int t = 0; t < T; ++t) {
+        std::vector<int32_t>& r = slots[t];
+        r.reserve(start + T);
+        for (int j = 0; j < committed; ++j) r.push_back(j);
+        for (int j = 0; j < W; ++j)
+            if (tree ? tree[(size_t)t * W + j] != 0 : j <= t) r.push_back(committed + j);
+        if ((int)r.size() > cap || start + T > cap) return -1;
+    }
+    std::vector<float> hn((size_t)T * D);
+    rmsnorm(emb, m->input_norm, s.h.data(), T, D, m->eps);   // h: [T, 2D] = [input_norm(emb) | hidden_norm(hidden)]
+    rmsnorm(hidden, m->hidden_norm, hn.data(), T, D, m->eps);
+    for (int t = T - 1; t >= 0; --t) {  // interleave the halves row by row (h held T x D so far)
+        std::memmove(s.h.data() + (size_t)t * 2 * D, s.h.data() + (size_t)t * D, sizeof(float) * D);
+        std::memcpy(s.h.data() + (size_t)t * 2 * D + D, hn.data() + (size_t)t * D, sizeof(float) * D);
+    }
+    quantise_rows(s.h.data(), T, 2 * D, s.xq);
+    attention(m->q, m->k, m->v, s, T, H, KV, hd, cos, sin, kc, vc, cap, start, slots, threads);
+    std::memcpy(g, m->norm_before_residual ? hn.data() : hidden, sizeof(float) * T * D);
+    attention_out_and_mlp(m->o, m->post_norm, m->gate, m->up, m->down, s, g, T, D, H, hd, F, m->eps, threads);
     return 0;
 }
 

@@ -63,6 +63,7 @@ def library(log=None) -> ctypes.CDLL | None:
     if lib is None:
         lib = ctypes.CDLL(str(path))  # ctypes lets go of the GIL for the length of each call
         lib.qf_forward.restype = ctypes.c_int
+        lib.qf_head3.restype = ctypes.c_int
         lib.qf_isa.restype = ctypes.c_int
         _lib[path] = lib
     return lib
@@ -313,15 +314,71 @@ class KernelWeight:
         return KernelWeight(weight, lib)
 
 
+class _CHead3(ctypes.Structure):
+    _fields_ = [("D", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32), ("hd", ctypes.c_int32),
+                ("F", ctypes.c_int32), ("norm_before_residual", ctypes.c_int32), ("eps", ctypes.c_float),
+                ("input_norm", ctypes.c_void_p), ("hidden_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
+                ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
+
+
+class Head3Kernels:
+    """An EAGLE-3 head's layer in qforward.cpp (`qf_head3`), its matrices in Q8_0: one call a
+    draft step instead of some sixty small torch operations. Plugged in where a compiled head
+    goes (`head.compiled`, whose `run_head` DraftHead.forward_logprobs calls); its cache is fp16
+    (`cache_dtype`, which DraftHead.new_cache reads), like the target's."""
+
+    cache_dtype = torch.float16
+
+    def __init__(self, head, lib: ctypes.CDLL):
+        m, a = head.midlayer, head.args
+        self.head, self.lib, self._keep = head, lib, []
+        att, mlp = m.self_attn, m.mlp
+        mats = [_cmat(quantise_q8_0(lin.weight), self._keep) for lin in
+                (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+        norms = [m.input_layernorm.weight, m.hidden_norm.weight, m.post_attention_layernorm.weight]
+        self._keep += norms
+        self.c = _CHead3(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, int(m.norm_before_residual),
+                         a.norm_eps, *[_ptr(w) for w in norms], *mats)
+
+    @staticmethod
+    def fits(head) -> bool:
+        a = head.args
+        m = getattr(head, "midlayer", None)
+        return (m is not None and not a.qkv_bias and a.dim % QK == 0 and a.intermediate % QK == 0
+                and (a.n_heads * a.head_dim) % QK == 0 and a.head_dim % 8 == 0 and a.head_dim <= 128)
+
+    def run_head(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None):
+        """DraftHead.forward_logprobs's contract: (g [T, D], log-probs [T, V_draft])."""
+        h, T = self.head, tokens.numel()
+        if start + T > cache.max_len:
+            raise RuntimeError("draft cache full")
+        emb = h.embed_tokens(tokens).float().contiguous()
+        hidden = h.hidden_input(features).float().contiguous()
+        cos, sin = (t.contiguous() for t in h.rope_at(positions))
+        tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
+        g = torch.empty(T, h.args.dim)
+        rc = self.lib.qf_head3(ctypes.byref(self.c), ctypes.c_void_p(emb.data_ptr()), ctypes.c_void_p(hidden.data_ptr()),
+                               ctypes.c_void_p(g.data_ptr()), T, ctypes.c_void_p(cos.data_ptr()),
+                               ctypes.c_void_p(sin.data_ptr()), ctypes.c_void_p(cache.k.data_ptr()),
+                               ctypes.c_void_p(cache.v.data_ptr()), cache.max_len, cache.length, start,
+                               ctypes.c_void_p(_ptr(tree)), torch.get_num_threads())
+        if rc != 0:
+            raise RuntimeError("draft cache full")
+        return g, h.draft_logprobs(g)
+
+
 def kernel_head(head, lib: ctypes.CDLL) -> None:
     """The draft head's matmuls (its layer's, its fc's and its LM head's) through Q8_0 copies; a
-    matrix whose input is no multiple of 32 keeps its fp32 matmul."""
+    matrix whose input is no multiple of 32 keeps its fp32 matmul. An EAGLE-3 head's whole layer
+    runs in the kernels (Head3Kernels), with an fp16 cache."""
     from .llama import Linear
     for m in head.modules():
         if isinstance(m, Linear):
             m.packed = KernelWeight.build(m.weight, lib)
     if getattr(head, "lm_weight", None) is not None:
         head.lm_packed = KernelWeight.build(head.lm_weight, lib)
+    if Head3Kernels.fits(head):
+        head.compiled = Head3Kernels(head, lib)
 
 
 # ------------------------------------------------------------------ building one

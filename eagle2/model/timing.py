@@ -327,8 +327,10 @@ class CostTable:
                 out[g] = v * live[max(below)] / self._prior_at(max(below)) if below else v
         return dict(sorted(out.items()))
 
-    def t(self, n: float) -> float:
+    def t(self, n):
+        """t(n) in seconds: a float for one n, an array for an array of them."""
         if self._curve is None:
             est = self.estimates()
-            self._curve = (list(est), list(est.values()))
-        return float(np.interp(n, *self._curve))
+            self._curve = (np.array(list(est), dtype=np.float64), np.array(list(est.values()), dtype=np.float64))
+        y = np.interp(n, *self._curve)
+        return y if isinstance(n, np.ndarray) else float(y)

@@ -29,15 +29,15 @@ EXPLORE_EVERY = 16
 
 def best_rate(values: np.ndarray, spent_s: float, t_of, max_n: int = 1 << 30) -> tuple[int, float]:
     """The N <= max_n (root + N-1 best nodes) maximising expected tokens per second of this
-    cycle, (1 + sum of the N-1 largest acceptance estimates) / (spent_s + t(N)), and that rate."""
+    cycle, (1 + sum of the N-1 largest acceptance estimates) / (spent_s + t(N)), and that rate.
+    `t_of` takes an array of N (CostTable.t does): one interpolation a call, not one per N (the
+    policy calls this up to three times a cycle, inside the cycle's time)."""
     vals = np.sort(values)[::-1]
-    cum = np.concatenate([[0.0], np.cumsum(vals)])
-    best_n, best = 1, 0.0
-    for n in range(1, min(len(vals) + 1, max_n) + 1):
-        rate = (1.0 + cum[n - 1]) / (spent_s + t_of(n))
-        if rate > best:
-            best_n, best = n, rate
-    return best_n, best
+    m = min(len(vals) + 1, max_n)
+    cum = np.concatenate([[0.0], np.cumsum(vals)])[:m]
+    rate = (1.0 + cum) / (spent_s + np.asarray(t_of(np.arange(1, m + 1)), dtype=np.float64))
+    best = int(np.argmax(rate))  # the first of equal rates: the smallest N
+    return best + 1, float(rate[best])
 
 
 @dataclass
