@@ -64,6 +64,25 @@ def test_adaptive_depth_follows_costs(tiny_target):
     assert levels.get("3", 0) == 1 and levels.get("0", 0) == cheap_verify.stats["cycles"] - 1
 
 
+def test_a_budget_that_stopped_drafting_deep_explores_depth_again(tiny_target):
+    """Stopping at the root's children never updates a draft call's cost or the deeper ranks'
+    probabilities; a learning budget drafts EXPLORE_LEVELS deep every EXPLORE_EVERY cycles, so a
+    cold first call cannot keep it shallow for ever."""
+    from eagle2.model.loading import load_bundle
+    from eagle2.policies.auto import EXPLORE_EVERY, EXPLORE_LEVELS
+    folder, _ = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
+    bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
+    pol = auto({1: 1e-7, 64: 1e-7}, total_tokens=64, depth=3, learn_costs=True)  # drafting never pays
+    dec = Decoder(bundle, pol, max_new_tokens=2 * EXPLORE_EVERY + 4, record=False)
+    dec.start(input_ids=SPROMPT)
+    dec.generate()
+    levels = pol.stats["levels"]
+    cycles = pol.stats["cycles"]
+    explored = sum(c for lv, c in levels.items() if lv not in ("0", "3"))
+    assert levels.get("3", 0) == 1 and explored >= (cycles - 1) // EXPLORE_EVERY >= 1, levels
+    assert all(int(lv) <= EXPLORE_LEVELS for lv in levels if lv not in ("0", "3"))
+
+
 @pytest.mark.slow
 def test_greedy_identity_real_model(real_bundle):
     from eagle2.model.timing import verify_profile

@@ -25,6 +25,7 @@ from ..model.timing import CostTable, starting_table
 from .eagle2 import Eagle2Policy
 
 EXPLORE_EVERY = 16
+EXPLORE_LEVELS = 2
 
 
 def best_rate(values: np.ndarray, spent_s: float, t_of, max_n: int = 1 << 30) -> tuple[int, float]:
@@ -69,6 +70,7 @@ class AutoBudgetPolicy(Eagle2Policy):
     uses_costs: ClassVar[bool] = True
 
     def __post_init__(self):
+        self._explore_depth = False
         self.call_s = 0.0          # running mean seconds of one draft call (measured)
         self.rank_prob = None      # running mean draft probability of the child at each rank
         self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0}
@@ -110,6 +112,8 @@ class AutoBudgetPolicy(Eagle2Policy):
     def stop_early(self, level, beam_values, tree) -> bool:
         if not self.adaptive_depth or self.rank_prob is None or self.call_s == 0.0:
             return False  # the first cycle drafts in full to measure a call and the ranks
+        if self._explore_depth and level <= EXPLORE_LEVELS:
+            return False  # re-measure a call and the deeper ranks, which stopping never updates
         spent = time.perf_counter() - self._t0
         vals = self._pool_values(tree)
         _, now = best_rate(vals, spent, self.t_of, self.total_tokens)
@@ -121,6 +125,10 @@ class AutoBudgetPolicy(Eagle2Policy):
     def draft(self, runner, root):
         check(len(self.profile) >= 2, "The auto budget needs a measured verification profile (prepare it).")
         self._t0 = time.perf_counter()
+        # every EXPLORE_EVERY cycles a tree at least EXPLORE_LEVELS deep: a budget that stopped at
+        # the root's children would otherwise keep the first cycle's call cost and rank
+        # probabilities for ever (a cold first call, a first tree's ranks) and never draft again
+        self._explore_depth = self.learn_costs and self.stats["cycles"] % EXPLORE_EVERY == EXPLORE_EVERY // 4
         return super().draft(runner, root)
 
     def keep(self, tree: DraftTree) -> None:
