@@ -67,11 +67,23 @@ def draft_calls_s(bundle, grid=(1, 4, 10, 16), context: int = 256, tree: int = 2
     attached) the compiled one, interleaved repeat by repeat."""
     head, dev = bundle.head, bundle.device
     comp = head.compiled
-    cache = head.new_cache(context + tree + max(grid) + 1)
-    cache.length = context
-    variants = {"eager": lambda: setattr(head, "compiled", None)}
+    # the head's compiled packages, or its layer in the q4_1 kernels (quantized.Head3Kernels)
+    name = "compiled" if comp is None or hasattr(comp, "head_set") else "kernels"
+    caches = {}
+    for v, fwd in (("eager", None), (name, comp)):  # each forward its own cache (the kernels' is fp16)
+        head.compiled = fwd
+        caches[v] = head.new_cache(context + tree + max(grid) + 1)
+        caches[v].length = context
+    head.compiled = comp
+    cache = caches["eager"]
+
+    def use(v, fwd):
+        nonlocal cache
+        head.compiled, cache = fwd, caches[v]
+
+    variants = {"eager": lambda: use("eager", None)}
     if comp is not None:
-        variants["compiled"] = lambda: setattr(head, "compiled", comp)
+        variants[name] = lambda: use(name, comp)
     out = {}
     try:
         for k in grid:
@@ -82,8 +94,9 @@ def draft_calls_s(bundle, grid=(1, 4, 10, 16), context: int = 256, tree: int = 2
             call = lambda: head.forward_logprobs(cache, g, toks, pos, context + tree, mask)[1].topk(min(k, 10), dim=-1)
             med = interleaved_medians(dev, variants, call, repeats)
             if comp is not None:
-                med["eager_over_compiled"] = med["eager"] / med["compiled"]
-                med["bucket"] = comp.head_set.bucket(k) if comp.head_set is not None else None
+                med[f"eager_over_{name}"] = med["eager"] / med[name]
+                if name == "compiled":
+                    med["bucket"] = comp.head_set.bucket(k) if comp.head_set is not None else None
             out[k] = med
     finally:
         head.compiled = comp
