@@ -1,4 +1,4 @@
-"""Every relative link in the README, the docs/ pages and benchmarks/README.md points at a file or
+"""docs/layout.md names every module; every relative link in the README, the docs/ pages and benchmarks/README.md points at a file or
 folder of the repository (and, for a link into a Markdown page with #anchor, at one of its headings):
 these pages move text between each other and benchmarks/ is pruned, so a dangling link is the
 likely way for them to rot."""
@@ -56,3 +56,13 @@ def test_relative_links_resolve(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(target)
     assert not broken, f"{page.relative_to(REPO)}: links to nothing: {broken}"
+
+
+def test_the_layout_page_names_every_module():
+    """docs/layout.md says where each thing lives: every module of the engine, the training
+    package, the figures, the page and the scripts is named there (a new file gets its line)."""
+    doc = (REPO / "docs" / "layout.md").read_text()
+    missing = [str(p.relative_to(REPO)) for part in ("eagle2", "eagle2_train", "viz", "ui", "scripts")
+               for p in sorted((REPO / part).rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in doc]
+    assert not missing, f"docs/layout.md does not name: {missing}"

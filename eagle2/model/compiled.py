@@ -156,8 +156,9 @@ def _pad_rows(B: int, tokens, positions, tree_mask, tree: int = 0, features=None
 
 class CompiledTarget:
     """The compiled packages of one target and its draft head, loaded as they become
-    available. `run` / `run_head` return their outputs through the smallest bucket that holds T,
-    or None (the caller then runs the eager path). Packages are built by `python -m eagle2 compile`
+    available. `run` / `run_head` return their outputs through the bucket T's route names
+    (routes.py: timed on this machine; until then the smallest loaded bucket that holds T, its
+    rows padded), or None where the route is the eager forward (the caller then runs it). Packages are built by `python -m eagle2 compile`
     in a background process (`start_background`) or in the foreground (`build`); `poll` picks
     them up."""
 

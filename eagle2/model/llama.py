@@ -2,7 +2,9 @@
 
 gpt-fast style: plain modules, a preallocated KV cache, and one forward that takes explicit
 positions and an explicit attention mask, so tree attention and cache commits are ours to control.
-The same Block serves the target and the EAGLE draft head (which has no input norm).
+The same Block serves the target and the EAGLE-1/2 draft head (which has no input norm); the
+default head, EAGLE-3, has its own layer (head3.py) built from this file's Attention and MLP. The
+q4_1 forward (quantized.py) is a subclass that runs the same maths on the GGUF's blocks.
 """
 from __future__ import annotations
 
@@ -103,7 +105,8 @@ class RMSNorm(nn.Module):
 
 
 class KVCache:
-    """Preallocated K/V for every layer of one sequence: [layers, kv_heads, max_len, head_dim]."""
+    """Preallocated K/V for every layer of one sequence (or a batch): [layers, batch, kv_heads,
+    max_len, head_dim]; batch is 1 for a decoder."""
 
     def __init__(self, n_layers, n_kv_heads, max_len, head_dim, dtype, device, batch=1):
         shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
