@@ -13,6 +13,8 @@ read theirs through `current()`. No other module reads the environment.
     EAGLE2_TIMING_CACHE           the t(N) table file (default verify_times.json in the cache folder)
     EAGLE2_MAX_SESSIONS           sessions holding decoders at once (default 64; benchmarks/classroom/)
     EAGLE2_SESSION_IDLE           seconds after which an idle session's decoders are freed (default 900)
+    EAGLE2_Q4_KERNELS             avx2, avx-vnni or avx512-vnni: the q4_1 dot products to use (default:
+                                  the CPU's best; the same results, for timing a slower CPU's path)
     CHROMIUM                      the browser ui/screenshot.py drives (default /usr/bin/chromium)
 """
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Config:
     max_sessions: int = 64
     session_idle_s: float = 900.0
     chromium: str = "/usr/bin/chromium"
+    q4_kernels: str | None = None    # None: the CPU's best (quantized.library)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Config":
@@ -64,7 +67,8 @@ class Config:
                    timing_cache=Path(timing) if timing else None,
                    max_sessions=number("EAGLE2_MAX_SESSIONS", int, d.max_sessions),
                    session_idle_s=number("EAGLE2_SESSION_IDLE", float, d.session_idle_s),
-                   chromium=env.get("CHROMIUM") or d.chromium)
+                   chromium=env.get("CHROMIUM") or d.chromium,
+                   q4_kernels=(env.get("EAGLE2_Q4_KERNELS") or "").strip().lower() or None)
 
 
 _installed: Config | None = None

@@ -314,3 +314,21 @@ def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target
     ge, _ = DraftHead.forward_logprobs(h, c_e, par, tt, torch.tensor([6, 7, 7]), 6, mask)
     h.compiled = kern
     assert ((gk - ge).norm() / ge.norm()).item() < 0.05
+
+
+def test_eagle2_q4_kernels_picks_a_slower_cpus_path_or_says_why(tiny_q4, monkeypatch):
+    """EAGLE2_Q4_KERNELS=avx2 runs the AVX2 dot products on a VNNI CPU (their timings, the same
+    results); a name this CPU lacks, or no name at all, is one warning and the best path stays."""
+    lib = tiny_q4.target.lib
+    best = lib.qf_isa()
+    warned = []
+    try:
+        monkeypatch.setenv("EAGLE2_Q4_KERNELS", "avx2")
+        Q._force_kernels(lib, warned.append)
+        assert tiny_q4.target.isa == "AVX2" and not warned
+        lib.qf_set_isa(best)
+        monkeypatch.setenv("EAGLE2_Q4_KERNELS", "sse9")
+        Q._force_kernels(lib, warned.append)
+        assert lib.qf_isa() == best and len(warned) == 1 and "EAGLE2_Q4_KERNELS=sse9 ignored" in warned[0]
+    finally:
+        lib.qf_set_isa(best)

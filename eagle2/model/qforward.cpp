@@ -477,6 +477,17 @@ extern "C" {
 // Which integer dot product runs: 0 AVX2, 1 AVX-VNNI, 2 AVX512-VNNI (the CPU's best by default).
 int qf_isa() { return isa(); }
 void qf_set_isa(int which) { g_isa = which; }
+int qf_supports(int which) {
+    __builtin_cpu_init();
+    switch (which) {
+        case AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        case AVXVNNI: return __builtin_cpu_supports("avxvnni");
+        case AVX512VNNI:
+            return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+    }
+    return 0;
+}
 
 // y [M, N] = x [M, K] @ w^T, x quantised per block first (the tests' and the LM head's entry).
 void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {

@@ -65,8 +65,24 @@ def library(log=None) -> ctypes.CDLL | None:
         lib.qf_forward.restype = ctypes.c_int
         lib.qf_head3.restype = ctypes.c_int
         lib.qf_isa.restype = ctypes.c_int
+        lib.qf_supports.restype = ctypes.c_int
         _lib[path] = lib
+        _force_kernels(lib, log)
     return lib
+
+
+def _force_kernels(lib: ctypes.CDLL, log=None) -> None:
+    """EAGLE2_Q4_KERNELS: run a slower CPU's dot products here (the same results; its timings)."""
+    from .. import config
+    want = config.current().q4_kernels
+    if not want:
+        return
+    which = {name.lower(): i for i, name in ISAS.items()}.get(want)
+    if which is None or not lib.qf_supports(which):
+        (log or logging.getLogger(__name__).warning)(
+            f"EAGLE2_Q4_KERNELS={want} ignored: use one of {', '.join(n.lower() for n in ISAS.values())} that this CPU has")
+        return
+    lib.qf_set_isa(which)
 
 
 ISAS = {0: "AVX2", 1: "AVX-VNNI", 2: "AVX512-VNNI"}

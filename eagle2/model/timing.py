@@ -135,7 +135,9 @@ def _cache_key(bundle, full: bool | None = None) -> str:
     compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
     if full and bundle.target.aux_layers:  # EAGLE-3's packages: their own timings
         compiled += f"|aux {','.join(map(str, bundle.target.aux_layers))}"
-    return (f"{bundle.name}|{bundle.device.type}|{bundle.precision or str(bundle.dtype)}|torch {torch.__version__}|"
+    kernels = getattr(bundle.target, "isa", None)   # the q4_1 forward's dot products (quantized.py)
+    precision = (bundle.precision or str(bundle.dtype)) + (f" {kernels}" if kernels else "")
+    return (f"{bundle.name}|{bundle.device.type}|{precision}|torch {torch.__version__}|"
             f"{torch.get_num_threads()}t{packed}{compiled}")
 
 
