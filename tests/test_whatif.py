@@ -235,3 +235,30 @@ def test_shipped_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
     assert own["label"] == "this machine (estimated from this run)"
     assert abs(price_run(v.series[0], own)["speedup"] - wall) < 0.1 * wall  # ...close to what it got
     assert "Why the two differ" in out["metrics"] and "in target<br>forward passes" in out["metrics"]
+
+
+def test_the_why_line_says_what_the_cycles_took_when_they_were_split_into_phases():
+    """With each cycle split into phases (eagle2/phases.py), the line says what the main decoder's
+    cycles took against plain's own steps, measured; a run without the split keeps its price."""
+    from eagle2.phases import PHASES, key
+
+    def phased(steps, split):
+        for st in steps[1:]:
+            st.timings.update({key(p): split.get(p, 0.0) for p in PHASES})
+        return steps
+
+    # plain: a step is 0.01 s of forward + 0.002 s around it; a cycle: head 0.004, tree 0.002,
+    # a 0.014 s forward over N = 4, 0.002 s around it, and 3 tokens (CYCLES[0]) each time
+    main = series("pol", phased(run([CYCLES[0]] * 4), {"draft_head": 0.004, "draft_tree": 0.002,
+                                                        "target_forward": 0.014, "accept": 0.002}))
+    plain = series("plain", phased(plain_run(9), {"target_forward": 0.01, "accept": 0.002}), "plain")
+    why = viz.measured_why(main, [plain])
+    assert why["measured"] and why["cycles"] == 4 and why["mean_n"] == 4
+    assert why["verify_per_cycle"] == pytest.approx(1.4) and why["draft_per_cycle"] == pytest.approx(0.6)
+    assert why["cost_per_cycle"] == pytest.approx(0.022 / 0.012) and why["tokens_per_cycle"] == 3
+    assert why["speedup"] == pytest.approx(3 * 0.012 / 0.022)
+    line = re.search(r"Why the two differ:</b>([^<]*)", viz.metrics_html(viz.metrics(main, [plain]), why=why)).group(1)
+    assert "as measured, N ≈ 4 took 1.4× plain's forward, drafting 0.6×, so a cycle took 1.8 plain steps' " \
+           "time for its 3.0 tokens (1.64×)" in line
+    assert viz.measured_why(series("pol", run(CYCLES)), [plain]) is None        # recorded before the split
+    assert viz.measured_why(main, []) is None                                   # no plain decoder

@@ -105,8 +105,12 @@ class At:
         v = self.view
         lossy = {v.series[0]["label"]: viz.lossy_summary(self.steps)}
         lossy.update({k: x for k, x in v.lossy.items() if k != v.series[0]["label"]})
-        priced = viz.price_run(self.main, self.here) if self.here else None
-        return viz.metrics_html(viz.metrics(self.main, self.others), lossy, suggest=HARDWARE_AWARE, why=priced)
+        # what the cycles took, measured against plain's (each cycle split into phases), else the
+        # run priced with this machine's t(N) (a trace recorded before the split)
+        why = viz.measured_why(self.main, self.others)
+        if why is None:
+            why = viz.price_run(self.main, self.here) if self.here else None
+        return viz.metrics_html(viz.metrics(self.main, self.others), lossy, suggest=HARDWARE_AWARE, why=why)
 
     def tokens(self) -> str:
         hl = self.st.cycle if (self.st is not None and not self.latest) else None

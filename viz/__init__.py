@@ -10,7 +10,7 @@ from .charts import (acceptance_histogram, calibration_chart, calibration_data, 
                      forward_speedup, lossy_summary, metrics, metrics_html, race_chart, series, speedup_chart,
                      speedup_series)
 from .explain import Phase, explain_figure, explain_text, phases
-from .phase_chart import per_token_ms, phase_chart
+from .phase_chart import measured_why, per_token_ms, phase_chart
 from .tables import cycle_table
 from .tokens import token_stream_html
 from .tree_graph import empty_figure, layout, path_nodes, tree_figure, tree_graph
@@ -19,6 +19,6 @@ from .whatif import cost_table_from_trace, gpu_model_table, price_run, whatif_ch
 __all__ = ["Phase", "acceptance_histogram", "acceptance_whatif_chart", "chain_speedup", "chain_tokens",
            "depth_counts", "calibration_chart", "calibration_data", "cost_table_from_trace",
            "cycle_table", "depth_acceptance", "depth_chart", "empty_figure", "forward_speedup", "gpu_model_table",
-           "lossy_summary", "explain_figure", "explain_text", "layout", "metrics", "metrics_html", "path_nodes",
+           "lossy_summary", "explain_figure", "explain_text", "layout", "measured_why", "metrics", "metrics_html", "path_nodes",
            "per_token_ms", "phase_chart", "phases", "price_run", "race_chart", "series", "speedup_chart", "speedup_series", "token_stream_html",
            "tree_figure", "tree_graph", "whatif_chart"]

@@ -191,10 +191,15 @@ def lossy_summary(steps) -> dict | None:
 
 def why_line(why: dict | None = None) -> str:
     """One line on why the speedup in forwards is not the wall-clock one. `why`: the main
-    decoder's run priced with this machine's cost table (viz.whatif.price_run) adds its numbers."""
+    decoder's cycles as measured against plain's (viz.phase_chart.measured_why), or its run priced
+    with this machine's cost table (viz.whatif.price_run), adds its numbers."""
     line = ("<b>Why the two differ:</b> on this machine a cycle's verification of N tokens costs "
             "t(N)/t(1) times one token's forward, plus drafting")
-    if why and why["cycles"] and why["speedup"] is not None:
+    if why and why["cycles"] and why["speedup"] is not None and why.get("measured"):
+        line += (f": here, as measured, N ≈ {why['mean_n']:.0f} took {why['verify_per_cycle']:.1f}× plain's "
+                 f"forward, drafting {why['draft_per_cycle']:.1f}×, so a cycle took {why['cost_per_cycle']:.1f} "
+                 f"plain steps' time for its {why['tokens_per_cycle']:.1f} tokens ({why['speedup']:.2f}×)")
+    elif why and why["cycles"] and why["speedup"] is not None:
         line += (f": here N ≈ {why['mean_n']:.0f} costs {why['verify_per_cycle']:.1f}×, drafting "
                  f"{why['draft_per_cycle']:.1f}×, so a cycle costs {why['cost_per_cycle']:.1f} forwards' time "
                  f"for its {why['tokens_per_cycle']:.1f} tokens ({why['speedup']:.2f}× at these prices)")

@@ -31,6 +31,34 @@ def per_token_ms(s: Series) -> dict[str, float] | None:
     return {p: 1000 * sum(r[i] for r in rows) / tokens for i, p in enumerate(PHASES)}
 
 
+def measured_why(main: Series, others: list[Series]) -> dict | None:
+    """The main decoder's cycles as they ran, in units of plain decoding's own steps (both split
+    into phases; the prefill left out): what the "why the two differ" line says when it can say
+    what happened rather than price it (viz.whatif.price_run's keys, and measured=True). None
+    without a plain decoder or split cycles."""
+    plain = next((o for o in others if o.get("role") == "plain"), None)
+    if plain is None:
+        return None
+    rows, prow = (main.get("phases") or [])[1:], (plain.get("phases") or [])[1:]
+    acc = main.get("accepted") or []
+    if not rows or not prow or any(r is None for r in rows + prow) or len(acc) < len(rows):
+        return None
+    i_vi, i_tf, i_dh, i_dt = (PHASES.index(p) for p in ("verify_inputs", "target_forward", "draft_head", "draft_tree"))
+    k = len(rows)
+    fwd = sum(r[i_vi] + r[i_tf] for r in prow) / len(prow)      # plain: one token's forward
+    step = sum(sum(r) for r in prow) / len(prow)                # plain: one token's whole step
+    if fwd <= 0 or step <= 0:
+        return None
+    verify = sum(r[i_vi] + r[i_tf] for r in rows) / k
+    draft = sum(r[i_dh] + r[i_dt] for r in rows) / k
+    cost = sum(sum(r) for r in rows) / k
+    tokens = sum(a + 1 for a in acc[:k]) / k
+    verified = (main.get("verified") or [])[1:k + 1]
+    return {"cycles": k, "measured": True, "mean_n": sum(verified) / len(verified) if verified else 0.0,
+            "verify_per_cycle": verify / fwd, "draft_per_cycle": draft / fwd, "cost_per_cycle": cost / step,
+            "tokens_per_cycle": tokens, "speedup": tokens * step / cost if cost > 0 else None}
+
+
 def phase_chart(all_series: list[Series], page_s: float | None = None, height: int = 360) -> go.Figure:
     """A stacked bar per decoder (ms per token in each phase) and, with `page_s` (the page's own
     seconds so far: the comparison's preview, the race's bookkeeping, drawing), the page's work per
