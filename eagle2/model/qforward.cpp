@@ -29,7 +29,6 @@ extern "C" {
 struct QMat {
     const uint8_t* qs;  // packed quants: see the kernels below ([ceil(N/16), nb, 256] Q4_1, [.., 512] Q8_0)
     const void* d;      // fp16 per group and block: 16 scales (Q4_1: then 16 offsets)
-    const void* m;      // unused (the offsets sit beside the scales)
     const float* bias;  // [N] or null
     int32_t N, K, type; // type: 0 = Q4_1, 1 = Q8_0
 };

@@ -198,7 +198,7 @@ def quantise_q8_0(w: torch.Tensor) -> QMatrix:
 
 
 class _CMat(ctypes.Structure):
-    _fields_ = [("qs", ctypes.c_void_p), ("d", ctypes.c_void_p), ("m", ctypes.c_void_p),
+    _fields_ = [("qs", ctypes.c_void_p), ("d", ctypes.c_void_p),
                 ("bias", ctypes.c_void_p), ("N", ctypes.c_int32), ("K", ctypes.c_int32), ("type", ctypes.c_int32)]
 
 
@@ -222,7 +222,7 @@ def _cmat(m: QMatrix, keep: list) -> _CMat:
     N, K = m.shape
     qs, scales = m.packed()
     keep += [qs, scales]
-    return _CMat(_ptr(qs), _ptr(scales), None, _ptr(m.bias), N, K, m.kind)
+    return _CMat(_ptr(qs), _ptr(scales), _ptr(m.bias), N, K, m.kind)
 
 
 MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
