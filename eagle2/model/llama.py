@@ -340,6 +340,8 @@ class LlamaModel(nn.Module):
     """The target: embeddings, blocks, final norm, LM head. forward() returns the post-norm
     features (EAGLE's f); logits() applies the LM head to whichever rows are needed."""
 
+    cache_dtype: torch.dtype | None = None  # the K/V cache's dtype when not the weights' (q4_1: fp16)
+
     def __init__(self, a: LlamaArgs):
         super().__init__()
         self.args = a
@@ -371,7 +373,7 @@ class LlamaModel(nn.Module):
         w = self.lm_head.weight
         self.rope(max_len + 1)
         a = self.args
-        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device, batch)
+        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, self.cache_dtype or w.dtype, w.device, batch)
 
     @torch.no_grad()
     def forward_cached(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,

@@ -88,6 +88,17 @@ def _force_kernels(lib: ctypes.CDLL, log=None) -> None:
 ISAS = {0: "AVX2", 1: "AVX-VNNI", 2: "AVX512-VNNI"}
 
 
+def shape_problem(a) -> str | None:
+    """Why the kernels cannot take a model (or head) of these sizes, or None: blocks of 32 along
+    every matmul's input, head sizes up to 128 in steps of 8 (qforward.cpp's attention)."""
+    for what, n in (("hidden size", a.dim), ("intermediate size", a.intermediate), ("heads x head dim", a.n_heads * a.head_dim)):
+        if n % QK:
+            return f"The q4_1 forward needs a {what} that is a multiple of {QK} (this model's is {n})"
+    if a.head_dim % 8 or a.head_dim > 128:
+        return f"The q4_1 forward takes head sizes up to 128 in steps of 8 (this model's is {a.head_dim})"
+    return None
+
+
 # ------------------------------------------------------------------ blocks
 
 
@@ -234,30 +245,25 @@ class QuantizedLlama(LlamaModel):
     cache, the training-time forwards) is LlamaModel's."""
 
     precision = PRECISION
+    # the K/V cache in fp16, as llama.cpp keeps it: attention reads half fp32's bytes (the kernels
+    # convert exactly on load; rows stay independent of the batch)
+    cache_dtype = torch.float16
 
     def attach_blocks(self, layers: list[dict], lm_head: QMatrix, lib: ctypes.CDLL) -> None:
         a = self.args
         self.blocks, self.lm_blocks, self.lib = layers, lm_head, lib
+        keep: list = []  # the packed copies the C structures point into, kept alive with the model
+        c_layers = (_CLayer * a.n_layers)()
         for i, (blk, layer) in enumerate(zip(layers, self.layers)):
             att = layer.self_attn
             for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
                 blk[name].bias = None if lin.bias is None else lin.bias.detach().float().contiguous()
-        keep: list = []  # the packed copies the C structures point into, kept alive with the model
-        c_layers = (_CLayer * a.n_layers)()
-        for i, (blk, layer) in enumerate(zip(layers, self.layers)):
             c_layers[i] = _CLayer(_ptr(layer.input_layernorm.weight), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
                                   _ptr(layer.post_attention_layernorm.weight),
                                   *[_cmat(blk[n], keep) for n in MATRICES[4:]])
         self._c_layers, self._packed = c_layers, keep
         self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
                                 a.norm_eps, c_layers, _ptr(self.norm.weight), _cmat(lm_head, keep))
-
-    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
-        """The K/V cache in fp16, as llama.cpp keeps it: attention reads half fp32's bytes (the
-        kernels convert exactly on load; rows stay independent of the batch)."""
-        self.rope(max_len + 1)
-        a = self.args
-        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, torch.float16, torch.device("cpu"), batch)
 
     def weight_bytes(self) -> int:
         """What one forward streams: the blocks as a GGUF holds them and the norms."""
@@ -358,10 +364,7 @@ class Head3Kernels:
 
     @staticmethod
     def fits(head) -> bool:
-        a = head.args
-        m = getattr(head, "midlayer", None)
-        return (m is not None and not a.qkv_bias and a.dim % QK == 0 and a.intermediate % QK == 0
-                and (a.n_heads * a.head_dim) % QK == 0 and a.head_dim % 8 == 0 and a.head_dim <= 128)
+        return getattr(head, "midlayer", None) is not None and not head.args.qkv_bias and shape_problem(head.args) is None
 
     def run_head(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None):
         """DraftHead.forward_logprobs's contract: (g [T, D], log-probs [T, V_draft])."""
@@ -446,13 +449,9 @@ def quantized(model: LlamaModel, gguf: Path | None = None, log=None) -> Quantize
     given (the embedded model), else quantised from its weights. None, with the reason logged, where
     the kernels cannot run here (no AVX2, no compiler): the caller keeps the fp32 forward."""
     a = model.args
-    for what, n in (("hidden size", a.dim), ("intermediate size", a.intermediate), ("heads x head dim", a.n_heads * a.head_dim)):
-        if n % QK:
-            raise UserError(f"The q4_1 forward needs a {what} that is a multiple of {QK} (this model's is {n}); "
-                            f"use --dtype float32.")
-    if a.head_dim % 8 or a.head_dim > 128:
-        raise UserError(f"The q4_1 forward takes head sizes up to 128 in steps of 8 (this model's is "
-                        f"{a.head_dim}); use --dtype float32.")
+    problem = shape_problem(a)
+    if problem:
+        raise UserError(f"{problem}; use --dtype float32.")
     lib = library(log)
     if lib is None:
         return None
