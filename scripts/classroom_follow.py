@@ -4,9 +4,9 @@ the page's HTTP API, against a real `python app.py` started by this script.
     python scripts/classroom_follow.py --followers 0,10,40,100 --steps 10 --out benchmarks/classroom-follow/compiled
 
 For each F: the presenter Steps `--steps` times, `--pause` seconds apart (a teacher explains each
-tree), while F followers (each its own Gradio session, following the presenter's code) call
-/follow_tick once a second, as the page's follow timer does (and /follow_frame when it brings a new
-cycle, as the page's follow mark does). Measured: the presenter's Step
+tree), while F followers (each its own Gradio session, following the presenter's code) do what a
+follower's tab does: /follow_tick once after following, then the classroom's mark route
+(GET /classroom/mark) once a second, and /follow_frame when the mark changes. Measured: the presenter's Step
 latency (p50 against F = 0, from the same server), each follower's lag from a Step's answer to
 the poll that brought that cycle, the server's CPU (its process and children, seconds per second)
 and RSS, and errors. Every wait is bounded (`--timeout`); the run ends with a check that the
@@ -45,8 +45,15 @@ class Poller:
 
     def __init__(self, url: str, fns: dict[str, int], timeout: float):
         self.url, self.fns, self.timeout = url.rstrip("/") + "/gradio_api/", fns, timeout
+        self.root = url.rstrip("/") + "/"
         self.session = f"follower-{random.getrandbits(64):016x}"
         self.http = httpx.Client(timeout=timeout)
+
+    def mark(self, code: str) -> str:
+        """The classroom's mark route, as the page's follow timer asks it (ui/tabs/live.py)."""
+        r = self.http.get(self.root + "classroom/mark", params={"code": code, "tab": self.session})
+        r.raise_for_status()
+        return r.json()["mark"]
 
     def call(self, api_name: str, *data) -> list:
         """One event, as the page calls the follow events: directly, one request (no queue)."""
@@ -98,7 +105,13 @@ def one_round(server: Server, F: int, steps: int, pause: float, timeout: float, 
         # the followers stand for browsers on other machines: on this shared CPU they run at the
         # lowest priority, so the server's figures are the server's (their CPU is recorded apart)
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        seen, last = set(), [None]
+        seen = set()
+        try:
+            last = [c.call("follow_tick", None)[0]]     # just followed: the tab asks the page once
+        except Exception as e:
+            with lock:
+                errors.append(f"tick: {type(e).__name__}: {e}"[:200])
+            return
         nxt = time.monotonic() + random.random()
         while not stop.is_set():
             stop.wait(max(0.0, nxt - time.monotonic()))
@@ -106,8 +119,7 @@ def one_round(server: Server, F: int, steps: int, pause: float, timeout: float, 
                 return
             nxt += 1.0
             try:
-                # the tick (input: the session, a state): the follow mark and the status line
-                mark, _ = c.call("follow_tick", None)
+                mark = c.mark(code)                  # the tick: the mark route
                 n = None
                 if mark != last[0]:                  # a new mark: the page draws the frame
                     last[0] = mark

@@ -328,6 +328,13 @@ def test_a_class_follows_the_presenter_with_no_click(browser, server):
         wait_status(follower, f"Following {code}")
         wait_status(follower, "cycle 1 ·")
         wait_status(presenter, "1 following", timeout=30_000)
+        sent = []                                          # nothing new: the follower's tab asks the mark
+        record = lambda r: sent.append((r.method, r.url))  # route each second and calls no event  # noqa: E731
+        follower.on("request", record)
+        follower.wait_for_timeout(3500)
+        follower.remove_listener("request", record)
+        assert len([u for _, u in sent if "/classroom/mark?" in u]) >= 2, sent
+        assert not [u for m, u in sent if m == "POST"], sent
         for n in (2, 3):                                   # the follower clicks nothing
             presenter.locator("#step-btn").click()
             wait_status(presenter, f"cycle {n} ·")

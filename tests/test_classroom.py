@@ -14,7 +14,7 @@ import pytest
 import viz
 from eagle2.errors import UserError
 from ui import classroom, handlers
-from ui.classroom import ALPHABET, CODE_LEN, Classroom, Follower, Presentation, follow_link
+from ui.classroom import ALPHABET, CODE_LEN, Classroom, Presentation, follow_link
 from ui.dashboard import DASH, OPEN
 from ui.model import MODEL
 from ui.page import launch, tab_closed
@@ -107,7 +107,7 @@ def test_followers_mirror_the_presenter_from_one_render(tiny, monkeypatch):
     followers = [live.on_follow(None, code, OPEN) for _ in range(5)]
     assert all("Waiting for the presenter's first" in f["status"] for f in followers)
     fs = [f["session"] for f in followers]
-    assert all(isinstance(f, Follower) and f.code == code for f in fs)
+    assert all(isinstance(f, Session) and f.following.code == code for f in fs)
     out = step(sess)
     assert "cycle 1 " in out["status"] and f"Presenting **{code}** · 5 following" in out["status"]
     marks = [live.on_follow_tick(f) for f in fs]                   # each second: two plain values
@@ -159,7 +159,7 @@ def test_break_away_and_come_back_keeps_the_own_race(tiny):
     mine = step(f, "w11 w12")["session"]                             # break away with its own prompt
     assert cycle_of(handlers.live_status(mine)) == 1
     back = live.on_follow(mine, code, OPEN)                          # Follow: the presenter's race again
-    assert "cycle 1 " in back["status"] and "Following" in back["status"] and back["session"].own is mine
+    assert "cycle 1 " in back["status"] and "Following" in back["status"] and back["session"] is mine
     again = step(back["session"], "w11 w12")["session"]               # its own race goes on
     assert again is mine and cycle_of(handlers.live_status(mine)) == 2
 
@@ -193,7 +193,7 @@ def test_a_page_opened_with_a_follow_code_follows(tiny):
     pres = live.on_present(None)
     step(pres["session"])
     opened = live.on_open(None, OPEN, SimpleNamespace(query_params={"follow": pres["follow_code"]}))
-    assert "cycle 1 " in opened["status"] and isinstance(opened["session"], Follower)
+    assert "cycle 1 " in opened["status"] and opened["session"].following is not None
     plain = live.on_open(None, OPEN, SimpleNamespace(query_params={}))
     assert all(isinstance(v, SKIP) for v in plain.values())
 
@@ -204,6 +204,38 @@ def test_a_page_opened_with_a_follow_code_follows(tiny):
 def client(url):
     from gradio_client import Client
     return Client(url, verbose=False, download_files=False)
+
+
+def mark_of(url, code, tab) -> str:
+    """The classroom's mark route, as a follower's tab asks it (ui/tabs/live.py FOLLOW_TICK_JS)."""
+    import httpx
+    r = httpx.get(url.rstrip("/") + classroom.MARK_ROUTE, params={"code": code, "tab": tab}, timeout=WAIT)
+    r.raise_for_status()
+    return r.json()["mark"]
+
+
+def test_the_mark_route_answers_a_followers_tab_from_memory(tiny):
+    """The route a following tab polls: the latest frame's mark while its session follows (and it
+    counts among the followers), OFF once it broke away (whatever the tab still asks) or for a
+    malformed query, "CODE:ended" once the presentation ended; Follow again counts it again."""
+    import asyncio
+    pres = live.on_present(None)
+    code, sess = pres["follow_code"], pres["session"]
+    f = live.on_follow(None, code, OPEN, SimpleNamespace(session_hash="tab-7"))["session"]
+    assert f.following.id == "tab-7"
+    ask = lambda c, t: asyncio.run(classroom.mark_route(c, t))["mark"]   # noqa: E731
+    first = ask(code.lower(), "tab-7")
+    assert first == live.on_follow_tick(f)["follow_mark"] and first.startswith(f"{code}:")
+    step(sess)
+    assert ask(code, "tab-7") != first and "1 following" in handlers.live_status(sess)
+    step(f, "w2 w2")                                                   # a break-away
+    assert ask(code, "tab-7") == classroom.OFF and "0 following" in handlers.live_status(sess)
+    live.on_follow(f, code, OPEN, SimpleNamespace(session_hash="tab-7"))   # and back, from the same tab
+    assert ask(code, "tab-7").startswith(f"{code}:") and "1 following" in handlers.live_status(sess)
+    for bad in (("", "tab-7"), (code, ""), ("0O0O0O", "tab-7"), ("x" * 10_000, "t"), (code + "Z", "tab-7")):
+        assert ask(*bad) == classroom.OFF
+    live.on_unpresent(sess)
+    assert ask(code, "tab-7") == f"{code}:ended"
 
 
 @pytest.mark.slow
@@ -250,8 +282,12 @@ def test_a_class_follows_over_http_and_polls_never_wait_behind_a_decode(tiny, mo
             assert "cycle 2 " in status and mark.startswith(f"{code}:")
             out = dict(zip(FOLLOW_API, f.submit(api_name="/follow_frame").result(timeout=WAIT)))
             assert "cycle 2 " in out["status"] and out["tree"], out["status"]
+        marks = [mark_of(url, code, f.session_hash) for f in fs]        # what a follower's tab asks each second
+        assert all(m.startswith(f"{code}:") and m.split(":")[1].isdigit() for m in marks), marks
         own = dict(zip(STEP_API, fs[0].submit("w8 w9", *ui(**SETTINGS), api_name="/step").result(timeout=WAIT)))
         assert cycle_of(own["status"]) == 1 and code not in own["status"]            # its own race
+        assert mark_of(url, code, fs[0].session_hash) == classroom.OFF               # its tab stops asking
+        assert mark_of(url, "not a code", fs[1].session_hash) == classroom.OFF
         bad = dict(zip(FOLLOW_API, fs[1].submit("HJKM23", api_name="/follow").result(timeout=WAIT)))
         assert "No presentation has the code HJKM23" in bad["status"]
         nxt = dict(zip(STEP_API, p.submit("w3 w5 w9", *ui(**SETTINGS), api_name="/step").result(timeout=WAIT)))
@@ -259,6 +295,7 @@ def test_a_class_follows_over_http_and_polls_never_wait_behind_a_decode(tiny, mo
         p.submit(api_name="/unpresent").result(timeout=WAIT)
         ended = dict(zip(FOLLOW_API, fs[2].submit(api_name="/follow_frame").result(timeout=WAIT)))
         assert "has ended (the presenter stopped presenting)" in ended["status"]
+        assert mark_of(url, code, fs[3].session_hash) == f"{code}:ended"
         assert client(url).submit(api_name="/model_status").result(timeout=WAIT)    # still answering
     finally:
         release.set()

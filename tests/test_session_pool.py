@@ -74,7 +74,7 @@ def test_idle_sessions_are_freed_but_not_one_mid_step(real_bundle, pool):
 def test_a_session_gradio_deletes_is_freed(real_bundle, pool):
     """The page's session State hands a deleted value (its tab closed an hour ago) to end_session,
     which frees its decoders; a follower's own race too."""
-    from ui.classroom import Follower
+    from ui.classroom import Following
     state = next(b for b in build_app(preload_trace=False).blocks.values()
                  if isinstance(b, gr.State) and b.delete_callback is end_session)
     assert state.time_to_live == math.inf          # an open tab keeps its session
@@ -85,7 +85,8 @@ def test_a_session_gradio_deletes_is_freed(real_bundle, pool):
     assert not held(s) and "closed" in s.released and len(pool) == 0
     end_session(s)                                       # twice: harmless
     own = stepped(real_bundle, "Name a river.")
-    end_session(Follower("ABCDEF", own))
+    own.following = Following("ABCDEF")
+    end_session(own)
     assert not held(own) and len(pool) == 0
 
 

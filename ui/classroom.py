@@ -1,11 +1,13 @@
 """Classroom mode: one presenter's race on the projector, followed live by the class.
 
 A presenter's session publishes every cycle it draws (its View, status line and prompt) to its
-Presentation, under a short code. Followers (`/?follow=CODE`) poll on a queue lane of their own,
-so they never wait behind a decode, and get the presenter's dashboard as a Frame: rendered once
-per cycle for all of them, each output built on first demand and its Plotly figure serialised
-once (forty followers cost one render, not forty). A follower decodes nothing and holds no
-decoder; what it keeps is its code and the last cycle it showed.
+Presentation, under a short code. A follower's session holds a Following (the code, its id among
+the followers, the cycle on screen); its own race waits behind it. Each second a follower's tab
+asks the classroom's mark route (`GET /classroom/mark`, MARK_ROUTE): a few bytes answered from
+memory, no Gradio event. Only when the mark changes does the tab call the page's follow_frame
+event, which brings the presenter's dashboard as a Frame: rendered once per cycle for all of them,
+each output built on first demand and its Plotly figure serialised once (forty followers cost one
+render, not forty). A follower decodes nothing.
 
 Codes come from `secrets` (6 characters out of 31: guessing one is one chance in about 900
 million, and one code says nothing of another). A presentation ends when its presenter presses
@@ -31,7 +33,9 @@ ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"   # no 0/O or 1/I: read off a proj
 CODE_LEN = 6
 FOLLOWING_S = 5.0        # a follower counts as following while it polled within this many seconds
 MAX_PRESENTATIONS = 256  # ended ones are kept (their followers are told) until this many are newer
-MAX_FOLLOWERS = 10_000   # poll times kept per presentation; the oldest go first
+MAX_FOLLOWERS = 10_000   # poll times (and break-aways) kept per presentation; the oldest go first
+MARK_ROUTE = "/classroom/mark"   # a follower tab's poll: ?code=CODE&tab=ID -> {"mark": ...}
+OFF = "off"              # the mark of a tab that neither follows nor presents
 WAITING = "Waiting for the presenter's first **Step**."
 
 _PLOT = gr.Plot(render=False)   # only to serialise figures: Gradio passes its PlotData through as is
@@ -70,6 +74,7 @@ class Presentation:
         self.frame = Frame(0, None, WAITING, None)
         self.ended: str | None = None   # why it ended, once it has
         self._polls: OrderedDict[str, float] = OrderedDict()   # follower id -> last poll (monotonic)
+        self._left: OrderedDict[str, None] = OrderedDict()     # followers that broke away: their tabs' polls say OFF
         self._lock = threading.Lock()
 
     def publish(self, view: View | None, status: str, prompt: str | None) -> None:
@@ -77,17 +82,34 @@ class Presentation:
         self.frame = Frame(self.frame.version + 1, view, status if view is not None else WAITING, prompt)
 
     def poll(self, follower_id: str) -> Frame:
-        """A follower asks for the latest frame (and so counts as following)."""
+        """A follower's session asks for the latest frame (and so counts as following, again if it
+        had broken away)."""
         with self._lock:
-            self._polls[follower_id] = time.monotonic()
-            self._polls.move_to_end(follower_id)
-            while len(self._polls) > MAX_FOLLOWERS:
-                self._polls.popitem(last=False)
+            self._left.pop(follower_id, None)
+            self._count(follower_id)
         return self.frame
+
+    def ask(self, follower_id: str) -> Frame | None:
+        """A follower's tab asks for the latest frame (MARK_ROUTE); None once it broke away (its
+        session no longer follows, whatever its tab still polls)."""
+        with self._lock:
+            if follower_id in self._left:
+                return None
+            self._count(follower_id)
+        return self.frame
+
+    def _count(self, follower_id: str) -> None:
+        self._polls[follower_id] = time.monotonic()
+        self._polls.move_to_end(follower_id)
+        while len(self._polls) > MAX_FOLLOWERS:
+            self._polls.popitem(last=False)
 
     def leave(self, follower_id: str) -> None:
         with self._lock:
             self._polls.pop(follower_id, None)
+            self._left[follower_id] = None
+            while len(self._left) > MAX_FOLLOWERS:
+                self._left.popitem(last=False)
 
     def following(self) -> int:
         """Followers that polled within FOLLOWING_S (the older entries are dropped)."""
@@ -102,17 +124,14 @@ class Presentation:
 
 
 @dataclass(eq=False)
-class Follower:
-    """A browser tab following a presentation: the Live tab's session state while it follows.
-    `own`: the visitor's own race before following (a break-away with its prompt continues it)."""
+class Following:
+    """What a session follows (ui/session.py Session.following): a presentation's code and this
+    tab's id among its followers (the tab's Gradio session hash, which its polls of MARK_ROUTE
+    send; a random one without a browser)."""
     code: str
-    own: object | None = None
     id: str = field(default_factory=lambda: secrets.token_hex(8))
     seen: int = -1                  # the frame version on screen
     prompt: str | None = None       # the presenter's prompt last put in the prompt box
-
-    def __deepcopy__(self, memo):   # gr.State copies its value; a follower is never shared
-        return self
 
 
 class Classroom:
@@ -153,12 +172,23 @@ class Classroom:
             raise UserError(f"The presentation {c} has ended ({p.ended}).")
         return p
 
-    def leave(self, f: Follower) -> None:
+    def leave(self, f: Following) -> None:
         """A follower breaks away: it no longer counts among the presentation's followers."""
         with self._lock:
             p = self._by_code.get(f.code)
         if p is not None:
             p.leave(f.id)
+
+    def mark(self, f: Following, from_tab: bool = False) -> str:
+        """Where a follower stands, as the follow mark: "CODE:VERSION" of the latest frame,
+        "CODE:ended" once the presentation ended (or is unknown), OFF once it broke away (asked
+        from its tab: its session may have stopped following while the tab still polls)."""
+        try:
+            p = self.find(f.code)
+        except UserError:
+            return f"{f.code}:ended"
+        frame = p.ask(f.id) if from_tab else p.poll(f.id)
+        return OFF if frame is None else f"{p.code}:{frame.version}"
 
     def close(self, p: Presentation | None, why: str) -> None:
         if p is not None:
@@ -175,6 +205,16 @@ class Classroom:
 
 
 CLASSROOM = Classroom()
+
+
+async def mark_route(code: str = "", tab: str = "") -> dict:
+    """MARK_ROUTE: a follower's tab asks where its presentation stands, each second. Answered
+    from memory on the server's event loop (a lock held for microseconds), never a Gradio event:
+    forty tabs polling cost the presenter's Step next to nothing. A malformed query is OFF."""
+    code, tab = str(code)[:16].strip().upper(), str(tab)[:64]
+    if len(code) != CODE_LEN or any(ch not in ALPHABET for ch in code) or not tab:
+        return {"mark": OFF}
+    return {"mark": CLASSROOM.mark(Following(code, tab), from_tab=True)}
 
 
 def qr_svg(link: str, px: int = 220) -> str:

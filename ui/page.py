@@ -4,13 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import gradio as gr
+from fastapi.routing import APIRoute
 
 from eagle2.errors import UserError
 from viz.tokens import TOKEN_CSS
 
 from .dashboard import OPEN, render
-from .handlers import REPLAY_SOURCE, Explain, live_status, own_session, trace_info
-from .classroom import CLASSROOM, Follower
+from .handlers import REPLAY_SOURCE, Explain, live_status, trace_info
+from .classroom import CLASSROOM, MARK_ROUTE, mark_route
 from .model import MODEL
 from . import session as live_sessions
 from .tabs.explain import build_explain_tab
@@ -90,12 +91,12 @@ def tab_closed(request: gr.Request) -> None:
 def end_session(value) -> None:
     """Gradio deleted a tab's session state: its presentation ends, its decoders are freed (a
     follower stops counting among the followers; the race it had before following is freed)."""
-    if isinstance(value, Follower):
-        CLASSROOM.leave(value)
-    sess = own_session(value)
-    if isinstance(sess, live_sessions.Session):
-        CLASSROOM.close(sess.presentation, "the presenter left")
-        live_sessions.pool().forget(sess)
+    if value is None:
+        return
+    if value.following is not None:
+        CLASSROOM.leave(value.following)
+    CLASSROOM.close(value.presentation, "the presenter left")
+    live_sessions.pool().forget(value)
 
 
 def launch(host: str | None = None, port: int | None = None, concurrency: int = 2, block: bool = True) -> gr.Blocks:
@@ -103,7 +104,10 @@ def launch(host: str | None = None, port: int | None = None, concurrency: int = 
     host or port left None is Gradio's choice (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, as on a Space)."""
     demo = build_app()
     demo.queue(default_concurrency_limit=max(1, concurrency))
+    # the classroom's mark route sits beside Gradio's own routes, before them (ui/classroom.py)
+    classroom_routes = [APIRoute(MARK_ROUTE, mark_route, methods=["GET"], include_in_schema=False)]
     demo.launch(server_name=host, server_port=port, ssr_mode=False, show_error=True, css=CSS,
+                app_kwargs={"routes": classroom_routes},
                 theme=gr.themes.Soft(**THEME), footer_links=["gradio"], prevent_thread_lock=not block,
                 quiet=not block)
     CLASSROOM.bind_host = demo.server_name   # a follow link's address: the LAN's when serving on 0.0.0.0

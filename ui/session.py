@@ -76,11 +76,19 @@ class Session:
         self.running = False          # a Run goes on: its timer's next tick steps (ui/handlers.py on_run_tick)
         self.stop_requested = False   # Stop pressed during a Run: the tick after the cycle in progress says so
         self.presentation = None      # the ui.classroom.Presentation this session's race is published to
+        self.following = None         # the ui.classroom.Following the tab shows instead of this race (None: its own)
         self.released: str | None = None   # why its decoders were freed, once they are
         self._series: dict[int, tuple] = {}   # decoder index -> (decoder, its series, steps in it)
         # the page's own seconds in this run, counted in no decoder's time: the comparison's preview
         # and the race's bookkeeping in each tick, and drawing the dashboard (Live.live adds it)
         self.page_s = 0.0
+
+    @property
+    def presenting(self):
+        """The presentation this race is published to, while it lasts and the tab shows this race
+        (a presenter that follows another presentation publishes nothing meanwhile); else None."""
+        p = self.presentation
+        return None if p is None or p.ended or self.following is not None else p
 
     @property
     def started(self) -> bool:

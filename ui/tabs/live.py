@@ -7,6 +7,7 @@ import gradio as gr
 from eagle2.policies.registry import names as policy_names
 
 from .. import handlers as h
+from ..classroom import MARK_ROUTE, OFF
 from ..dashboard import ACCEPT, DASH, OPEN, build_dashboard
 from ..help import HELP, policy_help, preset_label, presets_help
 from ..session import defaults, device_kind
@@ -17,6 +18,27 @@ from .sections import wire_sections
 COLOUR_CHOICES = ["path value", "draft prob"]
 RUN_TICK_S = 0.1      # a Run's next Step is queued this soon after the last one answered
 FOLLOW_TICK_S = 1.0   # how often a follower asks for the presenter's latest cycle
+# The follow timer's tick, in the browser (inputs and outputs: the follow mark, the poke). A tab
+# that follows ("CODE:VERSION") asks the classroom's mark route: a few bytes from memory, no Gradio
+# event, so a class costs the presenter next to nothing; a new mark brings the frame (the mark's
+# change event). OFF and an ended presentation ask nothing. Anything else (just followed, or
+# presenting: the followers' count) pokes the page's follow_tick event. The mark route is at the
+# app's root (Gradio's `root`, behind a proxy's path too); a failed or slow answer changes nothing.
+FOLLOW_TICK_JS = r"""
+async (mark, poke) => {
+  const m = /^([A-Z0-9]{6}):[0-9]+$/.exec(mark || "");
+  if (!m) {
+    return (mark === "%(off)s" || /:ended$/.test(mark || "")) ? [mark, poke] : [mark, String(Number(poke || 0) + 1)];
+  }
+  try {
+    const root = ((window.gradio_config && window.gradio_config.root) || location.origin).replace(/\/$/, "");
+    const q = new URLSearchParams({code: m[1], tab: window.__gradio_session_hash__ || ""});
+    const r = await fetch(root + "%(route)s?" + q, {cache: "no-store", signal: AbortSignal.timeout(5000)});
+    if (r.ok) { return [(await r.json()).mark || mark, poke]; }
+  } catch (e) {}
+  return [mark, poke];
+}
+""" % {"off": OFF, "route": MARK_ROUTE}
 PRESETS = (("cpu", "CPU"), ("cuda", "GPU"))   # the tree presets: each device kind's defaults
 TREE = ("policy", "compare", "total_tokens", "depth", "top_k")   # the controls a preset sets
 
@@ -124,9 +146,12 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
     # Run's cycles, one queued Step per tick; a follower's poll (a presenter's count of followers)
     c["run_timer"] = gr.Timer(RUN_TICK_S, active=False)
     c["follow_timer"] = gr.Timer(FOLLOW_TICK_S, active=False)
-    # handlers.follow_mark: its change brings a follower the new frame. A textbox kept off screen by
-    # style.css, not a gr.State: a State's change does not fire after a call that bypassed the queue
+    # classroom_events.follow_mark: its change brings a follower the new frame. Textboxes kept off
+    # screen by style.css, not gr.States: a State's change does not fire after a call that bypassed
+    # the queue. The poke: its change asks the page's follow_tick event (FOLLOW_TICK_JS).
     c["follow_mark"] = gr.Textbox("", elem_id="follow-mark", elem_classes=["offscreen"], show_label=False,
+                                  container=False, interactive=False)
+    c["follow_poke"] = gr.Textbox("0", elem_id="follow-poke", elem_classes=["offscreen"], show_label=False,
                                   container=False, interactive=False)
     # At phone width (style.css) the two columns become one: the buttons stick to the top, the tree
     # comes first, and the prompt and the settings follow it, each collapsible there.
@@ -175,11 +200,11 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     c["run"].click(live.on_run, controls, run_outputs, api_name="run", **busy)
     c["run_timer"].tick(live.on_run_tick, controls, run_outputs, api_name="run_next", **busy)
     c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
-    # Classroom: the followers' polls never wait behind a decode. They bypass the queue (one HTTP
-    # request each, no event stream), and a tick that finds nothing new returns two plain values,
-    # no component update: through the queue, with every output skipped, a poll cost the server
-    # ~30 ms of Python under the GIL, and 40 followers made the presenter's Step 10x slower
-    # (benchmarks/classroom-follow/). A new cycle changes the follow mark, which draws the frame.
+    # Classroom: the followers never wait behind a decode. Their tabs poll the mark route each
+    # second (FOLLOW_TICK_JS: no Gradio event); their events bypass the queue (one HTTP request
+    # each, no event stream), and a tick that finds nothing new returns two plain values, no
+    # component update: through the queue a poll cost the server ~30 ms of Python under the GIL,
+    # and 40 followers made the presenter's Step 10x slower (benchmarks/classroom-follow/).
     present = live.outputs(h.PRESENT)
     c["present"].click(live.on_present, [sess], present, api_name="present", show_progress="hidden")
     c["unpresent"].click(live.on_unpresent, [sess], present, api_name="unpresent", show_progress="hidden")
@@ -188,8 +213,12 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     c["follow"].click(live.on_follow, [sess, c["follow_input"], panels], follow, api_name="follow", **lane)
     c["follow_input"].submit(live.on_follow, [sess, c["follow_input"], panels], follow, api_visibility="private",
                              **lane)
-    c["follow_timer"].tick(live.on_follow_tick, [sess], live.outputs(h.TICK), api_name="follow_tick", **lane)
+    mark = [c["follow_mark"], c["follow_poke"]]
+    c["follow_timer"].tick(None, mark, mark, js=FOLLOW_TICK_JS, **lane)
+    c["follow_poke"].change(live.on_follow_tick, [sess], live.outputs(h.TICK), api_name="follow_tick", **lane)
     c["follow_mark"].change(live.on_follow_frame, [sess, panels], follow, api_name="follow_frame", **lane)
+    for pressed in (c["follow"].click, c["follow_input"].submit, c["present"].click):
+        pressed(None, None, [c["follow_mark"]], js="() => ''", **lane)   # the next tick asks where the tab stands
     c["reset"].click(live.on_reset, [sess, panels], outputs, api_name="reset", show_progress_on=out["status"])
     c["example"].change(lambda choice: h.pick_example(choice, ex_map), [c["example"]], [c["prompt"]])
     view = [sess, dash["cycle"], c["colour_by"], c["show_dropped"], panels]
