@@ -151,6 +151,20 @@ def test_only_the_presenter_drives(tiny):
     assert cycle_of(step(sess)["status"]) == 2
 
 
+def test_a_followers_refused_step_keeps_it_following(tiny):
+    """A Step that does not run (an empty prompt) is not a break-away: the tab still follows, and
+    still counts among the followers."""
+    pres = live.on_present(None)
+    code, sess = pres["follow_code"], pres["session"]
+    step(sess)
+    f = live.on_follow(None, code, OPEN)["session"]
+    with pytest.warns(UserWarning, match="prompt is empty"):
+        out = live.on_step(f, "  ", *ui(**SETTINGS), OPEN)
+    assert isinstance(out["session"], SKIP) and f.following.code == code
+    assert f"Following **{code}**" in out["status"] and "prompt is empty" in out["status"]
+    assert "1 following" in handlers.live_status(sess)
+
+
 def test_break_away_and_come_back_keeps_the_own_race(tiny):
     pres = live.on_present(None)
     code, sess = pres["follow_code"], pres["session"]

@@ -161,13 +161,18 @@ class Live(Tab, ClassroomEvents):
 
     def _step(self, sess: Session | None, prompt, controls) -> tuple[Session | None, dict]:
         """A Step: the session stepped (None if the Step was refused: then nothing changed, a
-        follower still follows) and the outputs."""
+        follower still follows) and the outputs. A follower breaks away before the Step, so that
+        Follow pressed while it runs wins."""
+        sess = sess or Session()
+        following = sess.following
         try:
             settings = Settings.from_ui(*controls[:N_SETTINGS])
-            sess, notes = do_steps(sess, prompt, settings)
+            sess, notes = do_steps(break_away(sess), prompt, settings)
         except UserError as e:
+            if following is not None and sess.following is None:   # refused: it still follows, counted again
+                sess.following = following
+                CLASSROOM.mark(following)
             return None, self.refused(sess, e)
-        break_away(sess)
         for n in notes:
             gr.Info(n)
         return sess, self.live(sess, *controls[N_SETTINGS:])
