@@ -33,7 +33,7 @@ def main(argv=None) -> int:
                     help="sessions decoding at the same time (each has its own decoders; EAGLE2_CONCURRENCY)")
     ap.add_argument("--recalibrate", action="store_true",
                     help="re-measure this machine's verification costs t(N) once the model is loaded (the "
-                         "hardware-aware budget's starting table; it also corrects itself while it runs)")
+                         "hardware-aware budget's prior; it also corrects itself while it runs)")
     ap.add_argument("--compile", dest="compile", action="store_const", const="auto", default=env.compile,
                     help="the compiled forward (CPU float32; default): packages missing on this machine are built "
                          "once by a low-priority background process while the eager forward serves")

@@ -27,8 +27,8 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recalibrate", action="store_true",
-                   help="re-measure this machine's verification costs t(N) (the hardware-aware budget's "
-                        "starting table, cached per device, model, torch version and thread count)")
+                   help="re-measure this machine's verification costs t(N) (the hardware-aware budget's prior, "
+                        "cached per device, model, torch version and thread count)")
 
 
 def recalibrate(a, bundle) -> None:
