@@ -15,7 +15,8 @@ from dataclasses import replace
 
 
 def main(argv=None) -> int:
-    from eagle2 import config
+    from eagle2 import config, threads
+    from eagle2.errors import UserError
     try:
         env = config.Config.from_env()   # the flags' defaults; a flag given wins
     except ValueError as e:
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
                     help="sessions decoding at the same time (each has its own decoders; EAGLE2_CONCURRENCY)")
     ap.add_argument("--recalibrate", action="store_true",
                     help="re-measure this machine's verification costs t(N) once the model is loaded (the "
-                         "hardware-aware budget's starting table; it also corrects itself while it runs)")
+                         "hardware-aware budget's prior; it also corrects itself while it runs)")
     ap.add_argument("--compile", dest="compile", action="store_const", const="auto", default=env.compile,
                     help="the compiled forward (CPU float32; default): packages missing on this machine are built "
                          "once by a low-priority background process while the eager forward serves")
@@ -41,12 +42,13 @@ def main(argv=None) -> int:
                     help="the eager forward only (or EAGLE2_COMPILE=0)")
     ap.add_argument("--record-traces", action="store_true", help="re-record assets/traces/*.json and exit")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="with --record-traces")
-    ap.add_argument("--threads", type=int, default=env.threads,
-                    help="torch CPU threads per decode (default, or 0: CPU cores / concurrency; EAGLE2_THREADS)")
+    ap.add_argument("--threads", type=int, default=env.threads, help=threads.HELP)
     a = ap.parse_args(argv)
     # Checked before anything is imported or loaded (argparse's "error: ..." line, exit 2).
-    if a.threads is not None and a.threads < 0:
-        ap.error(f"--threads must be >= 1, or 0 for the default (got {a.threads}).")
+    try:
+        threads.check_threads(a.threads)
+    except UserError as e:
+        ap.error(str(e))
     if a.concurrency < 1:
         ap.error(f"--concurrency must be >= 1 (got {a.concurrency}).")
     if a.port is not None and not 0 <= a.port <= 65535:
@@ -56,10 +58,8 @@ def main(argv=None) -> int:
     cfg = config.use(replace(env, target=a.target, head=a.head, device=a.device, dtype=a.dtype,
                              concurrency=a.concurrency, compile=a.compile, threads=a.threads or None))
 
-    from ui.threads import default_threads, set_threads
-    set_threads(cfg.threads or default_threads(cfg.concurrency))
+    threads.use_threads(cfg.threads, cfg.concurrency)
     if a.record_traces:
-        from eagle2.errors import UserError
         from eagle2.model.loading import load_bundle
         from ui.traces import record_traces
         try:

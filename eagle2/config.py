@@ -8,7 +8,8 @@ read theirs through `current()`. No other module reads the environment.
     EAGLE2_DEVICE, EAGLE2_DTYPE   cpu or cuda; the weights' dtype (app.py)
     EAGLE2_CONCURRENCY            sessions decoding at the same time (app.py; default 2)
     EAGLE2_COMPILE                0/no/false/off: the eager forward only (app.py; a Space's setting)
-    EAGLE2_THREADS                torch CPU threads per decode (0 or unset: CPU cores / concurrency)
+    EAGLE2_THREADS                torch CPU threads per decode, the app's and the commands' (0 or unset:
+                                  the CPUs shared between the decodes at once; eagle2/threads.py)
     EAGLE2_CACHE                  the cache folder (default ~/.cache/eagle2)
     EAGLE2_TIMING_CACHE           the t(N) table file (default verify_times.json in the cache folder)
     EAGLE2_MAX_SESSIONS           sessions holding decoders at once (default 64; benchmarks/classroom/)
@@ -35,7 +36,7 @@ class Config:
     dtype: str | None = None
     concurrency: int = 2
     compile: str = "auto"            # "auto": the compiled forward, built in the background; "no": eager only
-    threads: int | None = None       # None: CPU cores / concurrency (ui/threads.py)
+    threads: int | None = None       # None: the CPUs / the decodes at once (eagle2/threads.py)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "eagle2")
     timing_cache: Path | None = None  # None: cache_dir / verify_times.json
     max_sessions: int = 64

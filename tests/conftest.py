@@ -15,10 +15,14 @@ from eagle2.config import Config as _Config
 
 # On a 2-core machine shared with other jobs, two OpenMP threads spin against each other and
 # make small matmuls/attention 5-10x slower than one thread; override with EAGLE2_TEST_THREADS.
+# EAGLE2_THREADS says the same to the commands the tests run in-process (a command without
+# --threads sets torch's threads: eagle2/threads.py) and to the processes they start.
 if _os.environ.get("EAGLE2_TEST_THREADS"):
     _torch.set_num_threads(int(_os.environ["EAGLE2_TEST_THREADS"]))
+    _os.environ["EAGLE2_THREADS"] = _os.environ["EAGLE2_TEST_THREADS"]
 elif (_os.cpu_count() or 1) <= 2:
     _torch.set_num_threads(1)
+    _os.environ["EAGLE2_THREADS"] = "1"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""The what-if on acceptance (viz/acceptance_whatif.py): the chain model, its pricing with a cost
+"""The what-if on acceptance (viz/acceptance_whatif.py): the chain model, its pricing with a price
 table, the measured points counted from hand-built trees, and the figure for every shipped trace.
 No model, no browser."""
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,15 @@ import pytest
 import viz
 from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
+from eagle2.model.verify_times import VerifyTimes
 from eagle2.policies.registry import TRACES
 from viz.acceptance_whatif import (EMPTY, K_MAX, DepthCounts, acceptance_whatif_chart, best_k, chain_cost,
                                    chain_estimate, chain_speedup, chain_tokens, depth_counts, forwards_table)
 from viz.charts import depth_acceptance, series
-from viz.whatif import cost_table_from_trace
+from viz.whatif import PriceTable, price_table_from_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-STEEP = {"label": "steep", "source": "measured", "t_s": {1: 1.0, 8: 8.0}, "draft_call_s": 0.5}  # t(N) = N
+STEEP = PriceTable("steep", "measured", VerifyTimes({1: 1.0, 8: 8.0}), draft_call_s=0.5)  # t(N) = N
 
 
 def test_chain_tokens_is_the_geometric_sum():
@@ -42,10 +44,10 @@ def test_speedup_prices_k_draft_calls_and_verifying_k_plus_1_tokens():
     assert chain_cost(3, STEEP) == pytest.approx(5.5)
     assert chain_speedup(0.5, 3, STEEP) == pytest.approx(1.875 / 5.5)
     # the unit cancels: the same table in milliseconds gives the same speedup
-    ms = dict(STEEP, t_s={1: 20.0, 8: 160.0}, draft_call_s=10.0)
+    ms = replace(STEEP, times=VerifyTimes({1: 20.0, 8: 160.0}), draft_call_s=10.0)
     assert chain_speedup(0.8, 5, ms) == pytest.approx(chain_speedup(0.8, 5, STEEP))
     # a GPU-like table: flat t(N), draft calls at 0.1 t(1): S = E / (1 + 0.1 K)
-    flat = {"label": "flat", "source": "model", "t_s": {1: 1.0, 64: 1.0}, "draft_call_s": 0.1}
+    flat = PriceTable("flat", "model", VerifyTimes({1: 1.0, 64: 1.0}), draft_call_s=0.1)
     assert chain_speedup(0.7, 4, flat) == pytest.approx(chain_tokens(0.7, 4) / 1.4)
     # forwards only: the speedup is the tokens per cycle, so deeper always pays (a little)
     free = forwards_table()
@@ -54,7 +56,7 @@ def test_speedup_prices_k_draft_calls_and_verifying_k_plus_1_tokens():
     # where every verified token costs a whole forward, one guess is best even for a good head ...
     assert best_k(0.5, STEEP) == best_k(0.95, STEEP) == 1
     # ... where it costs a little (a CPU's t(N)), a better head pays for a longer chain
-    cpu = {"label": "cpu", "source": "measured", "t_s": {1: 1.0, 2: 1.2, 8: 2.0, 16: 3.0}, "draft_call_s": 0.1}
+    cpu = PriceTable("cpu", "measured", VerifyTimes({1: 1.0, 2: 1.2, 8: 2.0, 16: 3.0}), draft_call_s=0.1)
     assert [best_k(a, cpu) for a in (0.5, 0.7, 0.9)] == [1, 3, 6]
     k = best_k(0.8, flat)
     assert all(chain_speedup(0.8, k, flat) >= chain_speedup(0.8, j, flat) for j in range(1, K_MAX + 1))
@@ -165,7 +167,7 @@ def test_empty_plain_and_unpriced_runs_still_draw():
         fig = acceptance_whatif_chart(steps, STEEP)
         assert not fig.data and caption(fig) == EMPTY
     t = node_tree(*FORK)
-    fig = acceptance_whatif_chart(steps_of([(t, [1, 3])] * 4), None)   # no cost table: forwards only
+    fig = acceptance_whatif_chart(steps_of([(t, [1, 3])] * 4), None)   # no price table: forwards only
     assert "No measured costs in this run" in caption(fig)
     assert fig.data[0].y == pytest.approx([chain_tokens(0.7, k) for k in range(1, K_MAX + 1)])
     fig = acceptance_whatif_chart(steps_of([(t, [2])] * 4), STEEP)     # no top guess ever accepted
@@ -180,7 +182,7 @@ def test_empty_plain_and_unpriced_runs_still_draw():
 @pytest.mark.parametrize("path", sorted((ROOT / "assets" / "traces").glob("*.json")), ids=lambda p: p.stem)
 def test_every_shipped_trace_draws_model_and_measured(path):
     tr = TRACES.load(path)
-    table = cost_table_from_trace(tr.steps, tr.meta)
+    table = price_table_from_trace(tr.steps, tr.meta)
     assert table is not None
     fig = acceptance_whatif_chart(tr.steps, table, 0.8, tr.steps[0].policy)
     got = names(fig)

@@ -159,7 +159,7 @@ def test_a_session_holds_the_engines_race_rather_than_being_one():
 def test_the_session_layer_imports_no_gradio():
     """Sessions, views, the model holder and the trace recorder work without Gradio (scripts,
     the recorder); only the dashboard, handlers, tabs and page import it."""
-    code = ("import sys, ui.model, ui.session, ui.view, ui.traces, ui.threads, ui.help\n"
+    code = ("import sys, ui.model, ui.session, ui.view, ui.traces, ui.help\n"
             "assert 'gradio' not in sys.modules, sorted(m for m in sys.modules if m.startswith('gradio'))\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,

@@ -30,7 +30,7 @@ from lossless_cases import ALPHA, PROMPTS, SPROMPT, SV, chi_square, exact_joint
 
 
 def test_best_rate_is_the_argmax_of_expected_tokens_per_second():
-    t = np.vectorize({1: 1.0, 2: 1.1, 3: 1.2, 4: 3.0}.get)   # t(N) of an array of N, as CostTable.t
+    t = np.vectorize({1: 1.0, 2: 1.1, 3: 1.2, 4: 3.0}.get)   # t(N) of an array of N, as LiveVerifyTimes.t
     vals = np.array([0.9, 0.5, 0.1])
     n, rate = best_rate(vals, 0.2, t)
     # n=1: 1/1.2; n=2: 1.9/1.3; n=3: 2.4/1.4 (best); n=4: 2.5/3.2
@@ -39,10 +39,10 @@ def test_best_rate_is_the_argmax_of_expected_tokens_per_second():
     assert best_rate(vals, 0.2, t, max_n=2)[0] == 2
 
 
-def auto(profile: dict, **kw) -> AutoBudgetPolicy:
+def auto(prior_times: dict, **kw) -> AutoBudgetPolicy:
     """A budget that keeps the table it is given (no live correction, no exploration): these tests
     are about what it does with given costs."""
-    p = AutoBudgetPolicy(profile=profile, depth=kw.pop("depth", 3), top_k=kw.pop("top_k", 3),
+    p = AutoBudgetPolicy(prior_times=prior_times, depth=kw.pop("depth", 3), top_k=kw.pop("top_k", 3),
                          total_tokens=kw.pop("total_tokens", 8), learn_costs=kw.pop("learn_costs", False), **kw)
     p.validate()
     return p
@@ -146,12 +146,12 @@ def test_an_inflated_cost_table_corrects_itself(sampling_setup):
     bundle, _ = sampling_setup
     kw = dict(depth=2, top_k=3, total_tokens=8, adaptive_depth=False)
     true_t = lambda n: 0.01  # noqa: E731
-    control = _choices(bundle, AutoBudgetPolicy(profile=FLAT, **kw), 24, true_t)
-    pol = AutoBudgetPolicy(profile=INFLATED, **kw)
+    control = _choices(bundle, AutoBudgetPolicy(prior_times=FLAT, **kw), 24, true_t)
+    pol = AutoBudgetPolicy(prior_times=INFLATED, **kw)
     got = _choices(bundle, pol, 24, true_t)
     assert got[0] == 1                                   # the wrong table: the root alone
     assert got[1] >= 2                                   # the exploration that re-measures
-    assert pol.t_of(8) < 1.5 * pol.t_of(1)               # corrected: no longer 100x
+    assert pol.times.t(8) < 1.5 * pol.times.t(1)         # corrected: no longer 100x
     many = lambda ns: sum(n > 1 for n in ns) / len(ns)  # noqa: E731
     assert many(control[2:]) > 0.5                       # several nodes pay when verification is flat
     assert many(got[2:]) >= 0.8 * many(control[2:])      # ...and the corrected budget keeps them again
@@ -176,12 +176,12 @@ def test_live_corrections_stay_in_the_process(sampling_setup, tmp_path, monkeypa
     assert set(fresh) == set(timing.GRID)
     busy = {1: 0.01, 2: 0.03, 4: 0.03, 8: 0.03}         # 3x too high, yet plausible: kept as the start
     assert timing.plausible(busy)
-    timing.store_profile(bundle, busy)
+    timing.store_times(bundle, busy)
     pol = AutoBudgetPolicy(depth=2, top_k=3, total_tokens=8, adaptive_depth=False)
     pol.prepare(bundle)
-    assert pol.profile == busy and pol.prior == timing.MEASURED   # starts from the cache
+    assert pol.prior_times == busy and pol.prior_source == timing.MEASURED   # starts from the cache
     _choices(bundle, pol, 60, lambda n: 0.01)
-    assert pol.t_of(8) < 1.5 * pol.t_of(1)               # corrected in the policy...
+    assert pol.times.t(8) < 1.5 * pol.times.t(1)         # corrected in the policy...
     written = {int(k): v for k, v in json.loads((tmp_path / "verify_times.json").read_text())[key].items()}
     assert written == busy                               # ...and the cache still holds the measurement
 
@@ -253,12 +253,12 @@ def test_sessions_starting_at_once_do_not_measure_in_their_first_step(tiny_targe
     in_steps = [name for name in calls if name.startswith("session-")]
     print(f"measure_verify_times called from: {calls}")
     assert not in_steps, f"the sessions' first Steps measured t(N) {len(in_steps)} time(s): {in_steps}"
-    assert all(r.main.policy.prior == timing.ESTIMATE for r in races.values())
-    assert all(timing.plausible(r.main.policy.profile) for r in races.values())
+    assert all(r.main.policy.prior_source == timing.ESTIMATE for r in races.values())
+    assert all(timing.plausible(r.main.policy.prior_times) for r in races.values())
     # the sessions asked once between them; the measurer measured when they had stopped
     measurer.request(bundle).result(timeout=120)
     assert calls and all(name.startswith("eagle2-t(N)-measurer") for name in calls), calls
-    cached = timing.cached_profile(bundle)
+    cached = timing.cached_times(bundle)
     assert cached is not None and set(cached) == set(timing.GRID)
 
 
@@ -271,7 +271,7 @@ def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, m
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(tmp_path / "verify_times.json"))
     with DECODING:                                   # a session's Step in flight
         t, quiet = timing.measure_quietly(bundle)
-    assert not quiet and set(t) == set(timing.GRID) and timing.cached_profile(bundle) is None
+    assert not quiet and set(t) == set(timing.GRID) and timing.cached_times(bundle) is None
     calls, measured = counting_measurements(monkeypatch), []
     counted = timing.measure_verify_times
 
@@ -286,7 +286,7 @@ def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, m
     monkeypatch.setattr(timing, "measure_verify_times", a_step_starts_meanwhile)
     measurer.request(bundle).result(timeout=120)
     assert len(calls) >= 2 and len(measured[0]) < len(timing.GRID)   # gave way at once, then again
-    assert timing.cached_profile(bundle) == measured[-1]              # what the quiet one measured
+    assert timing.cached_times(bundle) == measured[-1]              # what the quiet one measured
     assert all(set(m) == set(timing.GRID) for m in measured[1:])
 
 
@@ -298,20 +298,20 @@ def test_a_budget_without_a_table_starts_from_an_estimate(sampling_setup, tmp_pa
     bundle, _ = sampling_setup
     cache = tmp_path / "verify_times.json"
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(cache))
-    guessed = timing.starting_table(bundle)                        # nothing cached: t(1) from the weights
-    assert guessed.source == timing.ESTIMATE and timing.plausible(guessed.table)
+    guessed = timing.prior_times(bundle)                           # nothing cached: t(1) from the weights
+    assert guessed.source == timing.ESTIMATE and timing.plausible(guessed.times)
     cache.write_text(json.dumps({timing._cache_key(bundle): IMPLAUSIBLE}))
-    prior = timing.starting_table(bundle)                          # the stale table's t(1)
-    assert prior.source == timing.ESTIMATE and prior.table[1] == 1.0 and timing.plausible(prior.table)
-    assert set(prior.table) == set(timing.GRID) and prior.table[128] > prior.table[2]
+    prior = timing.prior_times(bundle)                             # the stale table's t(1)
+    assert prior.source == timing.ESTIMATE and prior.times[1] == 1.0 and timing.plausible(prior.times)
+    assert set(prior.times) == set(timing.GRID) and prior.times[128] > prior.times[2]
     ref = Decoder(bundle, "plain", max_new_tokens=24, record=False)
     ref.start(input_ids=SPROMPT)
     ref.generate()
     pol = AutoBudgetPolicy(depth=3, top_k=4, total_tokens=8)
     dec = Decoder(bundle, pol, max_new_tokens=24, record=False)
-    assert pol.prior == timing.ESTIMATE
+    assert pol.prior_source == timing.ESTIMATE
     dec.start(input_ids=SPROMPT)
     dec.generate()
     assert dec.generated == ref.generated
     measurer.request(bundle).result(timeout=120)   # the budget asked for a table: measured once quiet
-    assert timing.cached_profile(bundle) != {int(k): v for k, v in IMPLAUSIBLE.items()}
+    assert timing.cached_times(bundle) != {int(k): v for k, v in IMPLAUSIBLE.items()}

@@ -9,7 +9,7 @@ import pytest
 
 from eagle2 import config
 from eagle2.config import Config
-from eagle2.model.timing import profile_path
+from eagle2.model.timing import times_path
 from eagle2.model.weights import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,13 +34,13 @@ def test_every_variable_keeps_its_meaning(tmp_path):
 def test_the_engine_reads_the_configuration_in_force(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE2_CACHE", str(tmp_path / "env-cache"))
     monkeypatch.delenv("EAGLE2_TIMING_CACHE", raising=False)
-    assert cache_dir() == tmp_path / "env-cache" and profile_path() == tmp_path / "env-cache" / "verify_times.json"
+    assert cache_dir() == tmp_path / "env-cache" and times_path() == tmp_path / "env-cache" / "verify_times.json"
     # one installed (app.py): the environment no longer counts
     monkeypatch.setattr(config, "_installed", None)
     config.use(Config(cache_dir=tmp_path / "app-cache", timing_cache=tmp_path / "times.json"))
     monkeypatch.setenv("EAGLE2_CACHE", str(tmp_path / "ignored"))
     assert config.current().cache_dir == tmp_path / "app-cache" and cache_dir() == tmp_path / "app-cache"
-    assert profile_path() == tmp_path / "times.json"
+    assert times_path() == tmp_path / "times.json"
 
 
 def environment_reads(path: Path):

@@ -1,4 +1,4 @@
-"""The two speedups and the what-if (viz/whatif.py): runs priced with cost tables, on hand-built
+"""The two speedups and the what-if (viz/whatif.py): runs priced with price tables, on hand-built
 runs whose prices are worked out by hand below. No model, no browser."""
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 import viz
 from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
+from eagle2.model.verify_times import RECORD_KEY, VerifyTimes
 from eagle2.policies.registry import TRACES
 from viz.charts import forward_speedup, series, truncate
-from viz.whatif import cost_table_from_trace, gpu_model_table, price_run, run_cycles, t_of, whatif_chart
+from viz.whatif import PriceTable, gpu_model_table, price_run, price_table_from_trace, run_cycles, whatif_chart
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,8 +58,8 @@ def plain_run(n_tokens: int, t1: float = 0.01, prefill_s=0.5) -> list[StepTrace]
 
 # 3 cycles after the prefill: N verified, draft calls, tokens emitted, verify_s, draft_s
 CYCLES = [(4, 2, 3, 0.02, 0.02), (4, 2, 1, 0.04, 0.03), (8, 3, 4, 0.05, 0.06)]
-FLAT = {"label": "flat", "source": "model", "t_s": {1: 1.0}, "draft_call_s": 0.0}
-STEEP = {"label": "steep", "source": "model", "t_s": {1: 1.0, 8: 8.0}, "draft_call_s": 0.5}  # t(N) = N
+FLAT = PriceTable("flat", "model", VerifyTimes({1: 1.0}), draft_call_s=0.0)
+STEEP = PriceTable("steep", "model", VerifyTimes({1: 1.0, 8: 8.0}), draft_call_s=0.5)  # t(N) = N
 
 
 def test_series_carries_what_pricing_needs():
@@ -78,12 +79,9 @@ def test_series_carries_what_pricing_needs():
     assert series("pol", old)["draft_calls"] == [0, 2, 2, 3]
 
 
-def test_t_of_interpolates_and_extends():
-    tab = {"label": "x", "source": "measured", "t_s": {"1": 0.01, "4": 0.02, "8": 0.04}, "draft_call_s": 0}
-    assert t_of(tab, 1) == pytest.approx(0.01) and t_of(tab, 2) == pytest.approx(0.01 + 0.01 / 3)
-    assert t_of(tab, 6) == pytest.approx(0.03) and t_of(tab, 16) == pytest.approx(0.08)   # last slope 0.005/token
+def test_the_gpu_model_is_flat_then_linear():
     g = gpu_model_table()
-    assert [t_of(g, n) for n in (1, 25, 61, 64, 96, 128, 256)] == pytest.approx([1, 1, 1, 1, 1.5, 2, 4])
+    assert [g.times.t(n) for n in (1, 25, 61, 64, 96, 128, 256)] == pytest.approx([1, 1, 1, 1, 1.5, 2, 4])
 
 
 def test_flat_table_gives_the_tokens_per_cycle():
@@ -108,9 +106,9 @@ def test_steep_table_makes_the_speculative_run_lose():
 
 def test_gpu_model_is_labelled_not_measured():
     g = gpu_model_table()
-    assert g["source"] == "model" and g["label"] == \
+    assert g.source == "model" and g.label == \
         "GPU model (not measured): t(N) = t(1) up to N = 64, then linear"
-    assert g["draft_call_s"] == pytest.approx(0.1 * t_of(g, 1))
+    assert g.draft_call_s == pytest.approx(0.1 * g.times.t(1))
     # verify 3 x 1, drafting 7 x 0.1: 8 / 3.7
     assert price_run(run(CYCLES), g)["speedup"] == pytest.approx(8 / 3.7)
     fig = whatif_chart([series("pol", run(CYCLES)), series("plain", plain_run(9), "plain")], [g])
@@ -121,37 +119,37 @@ def test_gpu_model_is_labelled_not_measured():
     assert bar.marker.pattern.shape == ("", "/")                       # hatched: a model, not a measurement
 
 
-def test_cost_table_from_the_runs_own_timings():
+def test_price_table_from_the_runs_own_timings():
     main, plain = run(CYCLES), series("plain", plain_run(9, t1=0.01), "plain")
-    tab = cost_table_from_trace(main, {}, [plain])
-    assert tab["label"] == "this machine (estimated from this run)" and tab["source"] == "measured"
+    tab = price_table_from_trace(main, {}, [plain])
+    assert tab.label == "this machine (estimated from this run)" and tab.source == "measured"
     # median verify_s per N: N=1 from plain (0.01), N=4 median(0.02, 0.04) = 0.03, N=8 0.05
-    assert tab["t_s"] == pytest.approx({1: 0.01, 4: 0.03, 8: 0.05})
+    assert tab.times.points == pytest.approx({1: 0.01, 4: 0.03, 8: 0.05})
     # draft_s / draft_calls: 0.02/2, 0.03/2, 0.06/3 -> median 0.015
-    assert tab["draft_call_s"] == pytest.approx(0.015)
+    assert tab.draft_call_s == pytest.approx(0.015)
     p = price_run(main, tab)
     # plain 8 x 0.01 = 0.08; speculative 0.03 + 0.03 + 0.05 + 7 x 0.015 = 0.215
     assert p["speedup"] == pytest.approx(0.08 / 0.215)
     # a plain series recorded before the pricing keys: its seconds per cycle stand for t(1)
     old = {k: v for k, v in plain.items() if k not in ("verified", "draft_calls", "verify_s", "draft_s")}
-    assert cost_table_from_trace(main, None, [old])["t_s"][1] == pytest.approx(0.01)
+    assert price_table_from_trace(main, None, [old]).times.points[1] == pytest.approx(0.01)
     # nothing tells t(1): no table
-    assert cost_table_from_trace(main, {}, []) is None
+    assert price_table_from_trace(main, {}, []) is None
 
 
-def test_cost_table_measured_by_the_engine():
-    meta = json.loads(json.dumps({"verify_profile_s": {1: 0.05, 64: 0.15, "bad": 1}}))   # keys become strings
-    tab = cost_table_from_trace(run(CYCLES), meta)
-    assert tab["label"] == "this machine (measured t(N))" and tab["source"] == "measured"
-    assert tab["t_s"] == {1: 0.05, 64: 0.15} and tab["draft_call_s"] == pytest.approx(0.015)
-    assert t_of(tab, 8) == pytest.approx(0.05 + 7 * 0.1 / 63)
+def test_price_table_measured_by_the_engine():
+    meta = json.loads(json.dumps({RECORD_KEY: {1: 0.05, 64: 0.15, "bad": 1}}))   # keys become strings
+    tab = price_table_from_trace(run(CYCLES), meta)
+    assert tab.label == "this machine (measured t(N))" and tab.source == "measured"
+    assert tab.times.points == {1: 0.05, 64: 0.15} and tab.draft_call_s == pytest.approx(0.015)
+    assert tab.times.t(8) == pytest.approx(0.05 + 7 * 0.1 / 63)
 
 
 def test_big_tree_pays_on_the_gpu_model_small_trees_here():
     """The picture the what-if gives a CPU visitor: with a CPU's t(N) (measured here: 60 tokens cost
     about 2.5 single-token forwards) a small tree wins; on the GPU model the 60-node tree wins."""
-    cpu = {"label": "this machine (measured t(N))", "source": "measured",
-           "t_s": {1: 0.054, 8: 0.047, 16: 0.062, 64: 0.141}, "draft_call_s": 0.009}
+    cpu = PriceTable("this machine (measured t(N))", "measured",
+                     VerifyTimes({1: 0.054, 8: 0.047, 16: 0.062, 64: 0.141}), draft_call_s=0.009)
     small = run([(8, 3, 3, 0.05, 0.03)] * 10)       # N = 8, 3 draft calls, 3 tokens a cycle
     big = run([(60, 6, 4, 0.14, 0.06)] * 10)        # N = 60, 6 draft calls, 4 tokens a cycle
     here_small, here_big = price_run(small, cpu)["speedup"], price_run(big, cpu)["speedup"]
@@ -190,14 +188,14 @@ def test_chart_prices_each_speculative_decoder_beside_its_wall_clock():
     main = series("pol", run(CYCLES))
     cmp = dict(series("cmp", run([(2, 1, 2, 0.011, 0.01)] * 4)), role="compare")
     plain = series("plain", plain_run(9), "plain")
-    here = cost_table_from_trace(run(CYCLES), {}, [cmp, plain])
+    here = price_table_from_trace(run(CYCLES), {}, [cmp, plain])
     fig = whatif_chart([main, cmp, plain], [here, gpu_model_table()])
     assert [b.name for b in fig.data] == ["pol", "cmp"]                          # plain is the 1x line
     assert list(fig.data[0].x) == ["wall clock<br>here", "priced:<br>this machine",
                                    "priced:<br>GPU model<br>(not measured)"]
     # t(N) from the three runs: N=1 0.01 (plain), N=2 0.011 (cmp), N=4 0.03, N=8 0.05; a draft call:
     # median of 0.01 (x4, cmp), 0.01, 0.015, 0.02 = 0.01. main: 8 x 0.01 / (0.03 + 0.03 + 0.05 + 7 x 0.01)
-    assert here["t_s"] == pytest.approx({1: 0.01, 2: 0.011, 4: 0.03, 8: 0.05}) and here["draft_call_s"] == 0.01
+    assert here.times.points == pytest.approx({1: 0.01, 2: 0.011, 4: 0.03, 8: 0.05}) and here.draft_call_s == 0.01
     assert price_run(main, here)["speedup"] == pytest.approx(0.08 / 0.18)
     # what the run got (tokens per second against plain at 9 tokens), then its two prices
     assert fig.data[0].y == pytest.approx((0.58 / 0.72, 0.08 / 0.18, 8 / 3.7))
@@ -222,8 +220,8 @@ def test_shipped_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
     v = View.from_trace(TRACES.load(ROOT / "assets" / "traces" / name), "replay")
     out = render(v)
     assert list(out) == list(DASH) and "whatif" in DASH
-    here = cost_table_from_trace(v.steps, v.meta, v.series[1:])
-    assert here["label"] == "this machine (measured t(N))"  # the recording machine's table travels in the trace
+    here = price_table_from_trace(v.steps, v.meta, v.series[1:])
+    assert here.label == "this machine (measured t(N))"  # the recording machine's table travels in the trace
     p_here, p_gpu = price_run(v.series[0], here), price_run(v.series[0], gpu_model_table())
     # with the EAGLE-3 head the math trace's tree (tau 4.4) pays on the recording CPU as well
     assert p_here["mean_n"] == 60 and p_here["speedup"] < p_gpu["speedup"] and p_gpu["speedup"] > 1
@@ -231,8 +229,8 @@ def test_shipped_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
         assert p_here["speedup"] < 1  # ...the writing one's does not there
     wall = viz.metrics(v.series[0], v.series[1:])["speedups"]["plain"]
     assert list(out["whatif"].data[0].y) == pytest.approx([wall, p_here["speedup"], p_gpu["speedup"]])
-    own = cost_table_from_trace(v.steps, {}, v.series[1:])  # without it: estimated from the run's own timings
-    assert own["label"] == "this machine (estimated from this run)"
+    own = price_table_from_trace(v.steps, {}, v.series[1:])  # without it: estimated from the run's own timings
+    assert own.label == "this machine (estimated from this run)"
     assert abs(price_run(v.series[0], own)["speedup"] - wall) < 0.1 * wall  # ...close to what it got
     assert "Why the two differ" in out["metrics"] and "in target<br>forward passes" in out["metrics"]
 

@@ -7,11 +7,10 @@
     handlers.py   the event handlers, one object per tab, returning {component: value}
     help.py       the controls' help texts (the policies' from the engine's registry)
     traces.py     shipped traces and example prompts; recording the traces
-    threads.py    CPU threads for torch
     tabs/         one builder per tab: live.py, replay.py, explain.py
     page.py       the page (header, model info, tabs), launch()
     style.css     the page's CSS (viz.tokens.TOKEN_CSS is prepended)
     screenshot.py refreshes docs/screenshot.png in a real browser
 
-model, session, view, traces and threads import no Gradio.
+model, session, view and traces import no Gradio (torch's threads: eagle2/threads.py).
 """

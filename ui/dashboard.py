@@ -69,7 +69,7 @@ def colour_key(colour_by) -> str:
 
 class At:
     """A view at one cycle (None or 0: the latest), as the dashboard draws it: each output is a
-    method, and what several outputs share (the series cut at that cycle, the cost table) is
+    method, and what several outputs share (the series cut at that cycle, the price table) is
     computed once, when first needed."""
 
     def __init__(self, view: View, cycle=None, colour_by="path value", show_dropped=False, accept=None):
@@ -97,9 +97,9 @@ class At:
         return [self.main] + self.others
 
     @cached_property
-    def here(self) -> dict | None:
+    def here(self) -> viz.whatif.PriceTable | None:
         """This run's cycles priced with this machine's costs (the what-if and the metrics' line)."""
-        return viz.cost_table_from_trace(self.steps, self.view.meta, self.others)
+        return viz.price_table_from_trace(self.steps, self.view.meta, self.others)
 
     def metrics(self) -> str:
         v = self.view

@@ -7,7 +7,7 @@ cycle the accepted prefix plus the target's own bonus token, on average
     E(a, K) = 1 + a + a^2 + ... + a^K = (1 - a^(K+1)) / (1 - a)        (K + 1 at a = 1)
 
 tokens: the k-th guess adds only a^k, and no K returns more than 1 / (1 - a). The cycle costs K
-draft-head calls and one target forward over K + 1 tokens, so with a cost table (viz/whatif.py:
+draft-head calls and one target forward over K + 1 tokens, so with a price table (viz/whatif.py:
 t(N) and a draft call, this machine's) the modelled speedup over plain decoding is
 
     S(a, K) = E(a, K) * t(1) / (K * t_draft + t(K + 1))
@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from eagle2.model.verify_times import VerifyTimes
+
 from .common import ROLE_COLOURS, base_layout, decode_steps, new_figure, text_px
 from .tree_graph import empty_figure
-from .whatif import CostTable, t_of
+from .whatif import PriceTable
 
 K_MAX = 12            # the longest chain drawn (the page's depth slider stops at 12)
 DEFAULT_A = 0.7       # the slider's starting value
@@ -57,24 +59,24 @@ def chain_tokens(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def forwards_table() -> CostTable:
+def forwards_table() -> PriceTable:
     """The fallback when a run measured no costs: only target forwards count (t(N) = t(1), drafting
     free), so the speedup is the tokens per cycle and depth never loses; said on the figure."""
-    return CostTable(label="target forwards only (this run has no measured costs)", source="model",
-                     t_s={1: 1.0}, draft_call_s=0.0)
+    return PriceTable(label="target forwards only (this run has no measured costs)", source="model",
+                      times=VerifyTimes({1: 1.0}), draft_call_s=0.0)
 
 
-def chain_cost(k: int, table: CostTable) -> float:
+def chain_cost(k: int, table: PriceTable) -> float:
     """One cycle of a K-token chain in units of t(1): K draft calls plus verifying K + 1 tokens."""
-    return (k * float(table["draft_call_s"]) + t_of(table, k + 1)) / t_of(table, 1)
+    return (k * table.draft_call_s + table.times.t(k + 1)) / table.times.t(1)
 
 
-def chain_speedup(a: float, k: int, table: CostTable) -> float:
+def chain_speedup(a: float, k: int, table: PriceTable) -> float:
     """S(a, K): the modelled speedup of a K-token chain over plain decoding (module docstring)."""
     return chain_tokens(a, k) / chain_cost(k, table)
 
 
-def best_k(a: float, table: CostTable, k_max: int = K_MAX) -> int:
+def best_k(a: float, table: PriceTable, k_max: int = K_MAX) -> int:
     """The K in 1..k_max with the highest modelled speedup (ties: the shorter chain)."""
     return max(range(1, k_max + 1), key=lambda k: (chain_speedup(a, k, table), -k))
 
@@ -167,21 +169,21 @@ def wrap_px(text: str, px: float = CAPTION_PX, size: float = CAPTION_SIZE) -> li
     return lines + ([cur] if cur else [])
 
 
-def _costs_note(table: CostTable) -> str:
-    if table["source"] == "model" and float(table["draft_call_s"]) == 0.0 and len(table["t_s"]) == 1:
+def _costs_note(table: PriceTable) -> str:
+    if table.source == "model" and table.draft_call_s == 0.0 and len(table.times) == 1:
         return "No measured costs in this run: priced in target forwards only, so a longer chain never loses."
-    if table["source"] == "model":
-        return f"Cost: K draft calls + t(K+1), priced as {table['label']}."
-    how = "estimated from this run" if "estimated" in table["label"] else "measured here"
-    return (f"Cost: K draft calls ({float(table['draft_call_s']) / t_of(table, 1):.2f}·t(1) each) + t(K+1), "
+    if table.source == "model":
+        return f"Cost: K draft calls + t(K+1), priced as {table.label}."
+    how = "estimated from this run" if "estimated" in table.label else "measured here"
+    return (f"Cost: K draft calls ({table.draft_call_s / table.times.t(1):.2f}·t(1) each) + t(K+1), "
             f"{how}.")
 
 
-def acceptance_whatif_chart(steps, table: CostTable | None, a: float = DEFAULT_A, label: str = "this run",
+def acceptance_whatif_chart(steps, table: PriceTable | None, a: float = DEFAULT_A, label: str = "this run",
                             k_max: int = K_MAX, height: int = PLOT_PX) -> go.Figure:
     """The modelled speedup of a K-token chain for K = 1..k_max at acceptance `a` (the slider), the
     model at this run's measured a, and this run's measured points (its head's top guesses by
-    depth), all priced with `table` (this machine's, viz.whatif.cost_table_from_trace; None: target
+    depth), all priced with `table` (this machine's, viz.whatif.price_table_from_trace; None: target
     forwards only, said on the figure). `steps`: the run's StepTraces; `label`: its decoder;
     `height`: the plot area's (the caption and legend add theirs)."""
     if not decode_steps(steps or []):

@@ -192,7 +192,7 @@ def lossy_summary(steps) -> dict | None:
 def why_line(why: dict | None = None) -> str:
     """One line on why the speedup in forwards is not the wall-clock one. `why`: the main
     decoder's cycles as measured against plain's (viz.phase_chart.measured_why), or its run priced
-    with this machine's cost table (viz.whatif.price_run), adds its numbers."""
+    with this machine's price table (viz.whatif.price_run), adds its numbers."""
     line = ("<b>Why the two differ:</b> on this machine a cycle's verification of N tokens costs "
             "t(N)/t(1) times one token's forward, plus drafting")
     if why and why["cycles"] and why["speedup"] is not None and why.get("measured"):

@@ -40,7 +40,7 @@ def rerank_note(rec) -> str:
             f"raise that rate.")
     if best != rec.n:
         text += (f" This cycle verifies N = {rec.n} instead, to re-measure what that size costs on this "
-                 f"machine (the budget's cost table corrects itself from every verification).")
+                 f"machine (the budget's t(N) corrects itself from every verification).")
     return text
 
 

@@ -1,12 +1,9 @@
-"""What-if: the cycles of a run priced with another device's cost table (docs/algorithms.md §2, §9).
+"""What-if: the cycles of a run priced with another device's price table (docs/algorithms.md §2, §9).
 
-A cost table (`CostTable`) prices one target forward of N tokens, t(N), and one draft-head call:
-
-    {"label": str, "source": "measured" | "model", "t_s": {N: seconds}, "draft_call_s": float}
-
-t(N) is linear between the table's N (keys may be strings, as after JSON), flat below the
-smallest and extended along the last segment above the largest. A run is priced without the
-prefill, which both sides pay alike:
+A price table (`PriceTable`) prices one target forward of N tokens, t(N) (the engine's
+`VerifyTimes`, read between and beyond its N by its one rule), and one draft-head call, and says
+what it is (`label`) and whether it was measured or is a model (`source`). A run is priced without
+the prefill, which both sides pay alike:
 
     plain decoding of the same tokens  = tokens x t(1)
     the speculative run                = sum over cycles of  t(N_c) + draft_calls_c x t_draft
@@ -19,11 +16,13 @@ the steeper t(N) grows with N, the more a big tree costs. Runs are series dicts
 """
 from __future__ import annotations
 
-import bisect
+from dataclasses import dataclass
 from statistics import median
-from typing import Literal, TypedDict
+from typing import Literal
 
 import plotly.graph_objects as go
+
+from eagle2.model.verify_times import RECORD_KEY, VerifyTimes
 
 from .charts import Series, colour, priced, series, speedup_series
 from .common import base_layout, new_figure
@@ -32,69 +31,33 @@ from .tree_graph import empty_figure
 GPU_FLAT_UP_TO = 64       # the modelled GPU verifies up to this many tokens for the price of one
 GPU_DRAFT_CALL = 0.1      # one draft-head call, in units of t(1)
 PLAIN_ROLE = "plain"      # the baseline every speedup is measured against (priced, never drawn)
-PROFILE_KEY = "verify_profile_s"   # trace meta: the engine's measured t(N), {N: seconds} (v2 traces)
 
 
-class CostTable(TypedDict):
-    """A cost table (see the module docstring)."""
+@dataclass(frozen=True)
+class PriceTable:
+    """What one device charges: t(N) and a draft-head call (see the module docstring)."""
     label: str
     source: Literal["measured", "model"]
-    t_s: dict                 # {N: seconds}; N may be a string, as after JSON
+    times: VerifyTimes        # t(N), seconds or unitless
     draft_call_s: float
 
 
 # ------------------------------------------------------------------------------------ tables
-def _points(table: CostTable) -> tuple[list[int], list[float]]:
-    pts = sorted((int(k), float(v)) for k, v in table["t_s"].items())
-    return [n for n, _ in pts], [t for _, t in pts]
-
-
-def t_of(table: CostTable, n: float) -> float:
-    """t(N) from a cost table (see the module docstring)."""
-    ns, ts = _points(table)
-    if not ns:
-        raise ValueError(f"cost table {table['label']!r} has no t(N)")
-    if n <= ns[0] or len(ns) == 1:
-        return ts[0] if n <= ns[0] else ts[-1]
-    if n >= ns[-1]:
-        slope = max(0.0, (ts[-1] - ts[-2]) / (ns[-1] - ns[-2]))
-        return ts[-1] + slope * (n - ns[-1])
-    j = bisect.bisect_left(ns, n)
-    if ns[j] == n:
-        return ts[j]
-    f = (n - ns[j - 1]) / (ns[j] - ns[j - 1])
-    return ts[j - 1] + f * (ts[j] - ts[j - 1])
-
-
-def gpu_model_table(flat_up_to: int = GPU_FLAT_UP_TO, draft_call: float = GPU_DRAFT_CALL) -> CostTable:
+def gpu_model_table(flat_up_to: int = GPU_FLAT_UP_TO, draft_call: float = GPU_DRAFT_CALL) -> PriceTable:
     """A MODEL of a GPU, not a measurement: verifying up to `flat_up_to` tokens costs what one does
     (the forward is bound by reading the weights), then t(N) grows linearly; t(1) = 1 (unitless)
     and a draft call costs `draft_call` x t(1)."""
-    return CostTable(label=f"GPU model (not measured): t(N) = t(1) up to N = {flat_up_to}, then linear",
-                     source="model", t_s={1: 1.0, flat_up_to: 1.0, 2 * flat_up_to: 2.0},
-                     draft_call_s=float(draft_call))
+    return PriceTable(label=f"GPU model (not measured): t(N) = t(1) up to N = {flat_up_to}, then linear",
+                      source="model", times=VerifyTimes({1: 1.0, flat_up_to: 1.0, 2 * flat_up_to: 2.0}),
+                      draft_call_s=float(draft_call))
 
 
 def as_series(run) -> Series:
     return run if isinstance(run, dict) else series("", run)
 
 
-def _profile(raw) -> dict[int, float]:
-    """meta[PROFILE_KEY] as {N: seconds}; {} when absent or unreadable."""
-    out = {}
-    if isinstance(raw, dict):
-        for k, v in raw.items():
-            try:
-                n, t = int(k), float(v)
-            except (TypeError, ValueError):
-                continue
-            if n >= 1 and t > 0:
-                out[n] = t
-    return out
-
-
-def cost_table_from_trace(steps, meta: dict | None, others=()) -> CostTable | None:
-    """This machine's cost table for a run: t(N) as measured by the engine (meta[PROFILE_KEY], which
+def price_table_from_trace(steps, meta: dict | None, others=()) -> PriceTable | None:
+    """This machine's price table for a run: t(N) as measured by the engine (meta[RECORD_KEY], which
     traces recorded before v2 lack),
     else estimated from the run itself (median verify_s per N over the cycles of `steps` and of the
     series in `others`, a recorded plain series' seconds per cycle standing for t(1)); the draft call
@@ -104,9 +67,10 @@ def cost_table_from_trace(steps, meta: dict | None, others=()) -> CostTable | No
     per_call = [ds / dc for r in runs if priced(r)
                 for ds, dc in zip(r["draft_s"][1:], r["draft_calls"][1:]) if dc > 0 and ds > 0]
     draft_call_s = float(median(per_call)) if per_call else 0.0
-    prof = _profile((meta or {}).get(PROFILE_KEY))
-    if prof:
-        return CostTable(label="this machine (measured t(N))", source="measured", t_s=prof, draft_call_s=draft_call_s)
+    measured = VerifyTimes.read((meta or {}).get(RECORD_KEY))
+    if measured is not None:
+        return PriceTable(label="this machine (measured t(N))", source="measured", times=measured,
+                          draft_call_s=draft_call_s)
     samples: dict[int, list[float]] = {}
     for r in runs:
         if priced(r):
@@ -121,8 +85,8 @@ def cost_table_from_trace(steps, meta: dict | None, others=()) -> CostTable | No
                 samples.setdefault(int(n), []).append(float(t))
     if 1 not in samples or len(samples) < 2:
         return None
-    return CostTable(label="this machine (estimated from this run)", source="measured",
-                     t_s={n: float(median(v)) for n, v in sorted(samples.items())}, draft_call_s=draft_call_s)
+    return PriceTable(label="this machine (estimated from this run)", source="measured",
+                      times=VerifyTimes({n: float(median(v)) for n, v in samples.items()}), draft_call_s=draft_call_s)
 
 
 # ------------------------------------------------------------------------------------ pricing
@@ -137,22 +101,22 @@ def run_cycles(run) -> list[dict] | None:
              "draft_calls": int(s["draft_calls"][i])} for i in range(1, len(s["tokens"]))]
 
 
-def price_run(run, table: CostTable) -> dict | None:
-    """A run priced with a cost table (see the module docstring). Totals are in the table's unit;
+def price_run(run, table: PriceTable) -> dict | None:
+    """A run priced with a price table (see the module docstring). Totals are in the table's unit;
     the *_per_cycle figures are in units of t(1). None if the run holds no per-cycle tree sizes."""
     cycles = run_cycles(run)
     if cycles is None:
         return None
-    t1, td = t_of(table, 1), float(table["draft_call_s"])
+    t1, td = table.times.t(1), table.draft_call_s
     per, plain, verify, draft = [], 0.0, 0.0, 0.0
     for c in cycles:
-        v, d = t_of(table, c["n"]), c["draft_calls"] * td
+        v, d = table.times.t(c["n"]), c["draft_calls"] * td
         plain, verify, draft = plain + c["tokens"] * t1, verify + v, draft + d
         per.append(dict(c, verify=v, draft=d, cost=v + d, speedup=c["tokens"] * t1 / (v + d),
                         running=plain / (verify + draft)))
     k, spec = len(cycles), verify + draft
     tokens = sum(c["tokens"] for c in cycles)
-    return {"label": table["label"], "source": table["source"], "cycles": k, "tokens": tokens,
+    return {"label": table.label, "source": table.source, "cycles": k, "tokens": tokens,
             "plain": plain, "speculative": spec, "verify": verify, "draft": draft,
             "speedup": plain / spec if k and spec > 0 else None,
             "mean_n": sum(c["n"] for c in cycles) / k if k else 0.0,
@@ -177,27 +141,27 @@ def _wrap(text: str, width: int = 48) -> list[str]:
     return lines + ([cur] if cur else [])
 
 
-def _category(table: CostTable) -> str:
+def _category(table: PriceTable) -> str:
     """A table as a short axis category (the caption describes it in full)."""
-    if table["source"] == "model":
-        return "priced:<br>" + table["label"].partition(" (")[0] + "<br>(not measured)"
+    if table.source == "model":
+        return "priced:<br>" + table.label.partition(" (")[0] + "<br>(not measured)"
     return "priced:<br>this machine"
 
 
-def _describe(table: CostTable) -> str:
+def _describe(table: PriceTable) -> str:
     """What a table is, for the figure's caption (a model says so in its label)."""
-    if table["source"] == "model":
-        return f"{table['label']}; a draft call = {table['draft_call_s'] / t_of(table, 1):.1f}·t(1)"
-    how = "t(N) estimated from this run" if "estimated" in table["label"] else "measured t(N)"
-    return (f"This machine ({how}): t(1) = {1e3 * t_of(table, 1):.0f} ms, a draft call = "
-            f"{1e3 * float(table['draft_call_s']):.0f} ms (run median)")
+    if table.source == "model":
+        return f"{table.label}; a draft call = {table.draft_call_s / table.times.t(1):.1f}·t(1)"
+    how = "t(N) estimated from this run" if "estimated" in table.label else "measured t(N)"
+    return (f"This machine ({how}): t(1) = {1e3 * table.times.t(1):.0f} ms, a draft call = "
+            f"{1e3 * table.draft_call_s:.0f} ms (run median)")
 
 
 WALL_CATEGORY = "wall clock<br>here"
 
 
-def whatif_chart(all_series: list[Series], tables: list[CostTable | None], height: int = 380) -> go.Figure:
-    """Each speculative decoder's run priced with each cost table, as a speedup over plain decoding
+def whatif_chart(all_series: list[Series], tables: list[PriceTable | None], height: int = 380) -> go.Figure:
+    """Each speculative decoder's run priced with each price table, as a speedup over plain decoding
     of the same tokens (plain = 1x under every table): one group of bars per table, one bar per
     decoder; first, for comparison, the wall-clock speedup the run actually got here (needs the
     plain series). Series recorded without per-cycle tree sizes are left out, and the caption
@@ -217,7 +181,7 @@ def whatif_chart(all_series: list[Series], tables: list[CostTable | None], heigh
     top = 1.0
     for s, i, ps in priced:
         ys = ([walls[s["label"]]] if with_wall else []) + [p["speedup"] for p in ps]
-        kinds = (["wall"] if with_wall else []) + [t["source"] for t in tables]
+        kinds = (["wall"] if with_wall else []) + [t.source for t in tables]
         info = ([["measured: its tokens per second / plain's, at the same tokens", ""]] if with_wall else []) + \
             [[f"priced as {p['label']}",
               f"{p['cycles']} cycles · per cycle: verifying N ≈ {p['mean_n']:.0f} costs "

@@ -14,6 +14,7 @@ from ..cycle.sampling import SamplingParams
 from ..cycle.trace import StepTrace
 from ..errors import UserError, check
 from ..model.timing import verify_profile
+from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
 from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder
@@ -116,7 +117,7 @@ class Race:
         costs = verify_profile(bundle, measure=False)  # this machine's t(N): the what-if views price with it
         for d in decs:
             d.start(prompt)
-            d.trace.meta["verify_profile_s"] = costs
+            d.trace.meta[RECORD_KEY] = costs
         self.main, self.cmp, self.plain = decs
         self.prompt, self.settings, self.previews = prompt, s, {}
 

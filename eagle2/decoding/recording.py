@@ -8,6 +8,7 @@ import torch
 
 from ..cycle.sampling import SamplingParams, probs_from_logits
 from ..cycle.trace import StepTrace, Trace
+from ..model.verify_times import RECORD_KEY
 
 
 def annotate(c, sampling: SamplingParams) -> None:
@@ -35,7 +36,7 @@ def run_meta(dec) -> dict:
     return {"model": b.name, "head": b.head_name, "device": str(b.device),
             "dtype": b.precision or str(b.dtype).replace("torch.", ""), "policy": pol,
             "sampling": vars(dec.sampling).copy(), "max_new_tokens": dec.max_new_tokens,
-            "prompt_ids": dec.prompt_ids, "verify_profile_s": None,
+            "prompt_ids": dec.prompt_ids, RECORD_KEY: None,
             "prompt_text": b.tokenizer.decode(dec.prompt_ids)}
 
 

@@ -9,9 +9,11 @@ benchmarks/compiled-forward).
 Why this shape (each measured; benchmarks/compiled-forward/README.md): AOTInductor, not
 torch.compile: inductor's on-disk FX cache refuses graphs whose frozen, prepacked weights are
 mkldnn tensors, so a JIT compile would cost 1-2 minutes at every start; a package compiles once
-(in a background process) and later loads in a few seconds. Tree sizes between buckets are padded
-up (pad rows see only themselves and are dropped). The eager path (llama.py, head.py) stays the
-reference and the fallback for anything else (prefill, T above the largest bucket, no package
+(in a background process) and later loads in a few seconds. Which forward runs each tree size is
+timed on this machine (routes.py): the eager one, or a loaded bucket at least that large, the rows
+padded up to it (pad rows see only themselves and are dropped); until it is timed, the smallest
+loaded bucket that holds the size. The eager path (llama.py, head.py) stays the reference and runs
+the rest (the prefill, sizes whose fastest route is eager or above the largest bucket, no package
 yet, CUDA).
 """
 from __future__ import annotations
@@ -188,7 +190,7 @@ class CompiledTarget:
         self.choose_routes = False
         self.log = None
 
-    # the target's buckets (what t(N) tables and the profile key on)
+    # the target's buckets (the t(N) cache keys its tables on them: timing._cache_key)
     @property
     def buckets(self) -> tuple[int, ...]:
         return self.target.buckets
@@ -297,7 +299,8 @@ class CompiledTarget:
             return f"eager forward while compiling in the background ({n} of {total} packages ready{part})"
         note = f" ({self.error})" if self.error else ""
         if ready:
-            return f"compiled forward{head} for tree sizes {', '.join(map(str, ready))}, eager above{note}"
+            return (f"compiled forward{head} up to {ready[-1]} tree tokens (buckets {', '.join(map(str, ready))}), "
+                    f"eager above{note}")
         return f"eager forward{note}"
 
     def routes_text(self) -> str:

@@ -1,15 +1,15 @@
 """Measured costs of the target on this machine: t(N), the time to verify N tree tokens.
 
-The cache (profile_path(): cache_dir()/verify_times.json unless $EAGLE2_TIMING_CACHE names another
+The cache (times_path(): cache_dir()/verify_times.json unless $EAGLE2_TIMING_CACHE names another
 file) holds one t(N) table per device, model, dtype, torch version, thread count and forward
 (weight layout, compiled packages), and only quiet measurements: a table timed while nothing else
 decoded in this process (`measure_quietly`). It is written when a table is measured: at start-up,
 when the compiled packages land, when the table is missing or not plausible, and on --recalibrate
 (model/measurer.py in the app, `verify_profile` in the command-line tools). It never changes from
-a visitor's Step: a budget starts from `starting_table` without measuring, and `CostTable`'s live
+a visitor's Step: a budget starts from `prior_times` without measuring, and `LiveVerifyTimes`'s
 corrections stay in the policy that made them (timings taken while other sessions decode are that
 moment's load, not the machine's cost; written back, they made the next session measure again
-inside its first Step).
+inside its first Step). A table and its reading at any N: verify_times.py.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from .. import config
 from ..devices import is_cuda
 from ..files import locked_update, read_json
 from .activity import DECODING
+from .verify_times import VerifyTimes
 from .weights import cache_dir
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -141,7 +142,7 @@ def _cache_key(bundle, full: bool | None = None) -> str:
             f"{torch.get_num_threads()}t{packed}{compiled}")
 
 
-def profile_path() -> Path:
+def times_path() -> Path:
     """The file holding every cached t(N) table: $EAGLE2_TIMING_CACHE, else verify_times.json in
     cache_dir() (each test has a cache folder of its own, so the tiny models they time stay out of
     the user's cache)."""
@@ -150,7 +151,7 @@ def profile_path() -> Path:
 
 
 def _read_cache() -> dict:
-    table = read_json(profile_path(), {})
+    table = read_json(times_path(), {})
     return table if isinstance(table, dict) else {}  # a corrupt cache: measure again
 
 
@@ -158,16 +159,16 @@ def store_table(key: str, t: dict[int, float]) -> None:
     """Write one t(N) table under `key`, keeping every other key, even one another process writes
     at the same moment (a read-modify-write under the cache's lock)."""
     entry = {str(k): float(v) for k, v in sorted(t.items())}
-    locked_update(profile_path(), lambda table: {**table, key: entry})
+    locked_update(times_path(), lambda table: {**table, key: entry})
 
 
-def store_profile(bundle, t: dict[int, float]) -> None:
+def store_times(bundle, t: dict[int, float]) -> None:
     """Write t(N) for this bundle on this machine to the cache (the next start begins from it).
     Only quiet measurements belong there (`measure_quietly`)."""
     store_table(_cache_key(bundle), t)
 
 
-def cached_profile(bundle, full: bool | None = None) -> dict[int, float] | None:
+def cached_times(bundle, full: bool | None = None) -> dict[int, float] | None:
     """The t(N) table cached for this bundle as stored: the last quiet measurement, plausible or
     not. `full` False: the table of the forward before every compiled package had landed."""
     cached = _read_cache().get(_cache_key(bundle, full))
@@ -180,7 +181,7 @@ _known: dict[str, dict[int, float]] = {}
 
 
 def _plausible_cached(bundle, full: bool | None = None) -> dict[int, float] | None:
-    t = cached_profile(bundle, full)
+    t = cached_times(bundle, full)
     if t is None or not plausible(t):
         return None
     _known[_cache_key(bundle, full)] = t
@@ -203,7 +204,7 @@ def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], b
                                                or not threading.main_thread().is_alive()) if give_way else None)
         quiet = DECODING.quiet_since(mark) and _cache_key(bundle) == key and len(t) == len(GRID)
         if quiet:
-            store_profile(bundle, t)
+            store_times(bundle, t)
             if plausible(t):
                 _known[key] = t
         what = ("quiet: cached" + ("" if plausible(t) else ", but not plausible") if quiet
@@ -218,7 +219,7 @@ def verify_profile(bundle, refresh: bool = False, measure: bool = True) -> dict[
     measured now in this thread (seconds) and cached if quiet; with measure=False, None when no
     plausible table is cached. For the callers that run no visitor's Step: the command-line tools
     before their timed work (they decode nothing meanwhile), the background measurer, the tests.
-    A budget never calls it: it starts from `starting_table`."""
+    A budget never calls it: it starts from `prior_times`."""
     t = _plausible_cached(bundle)
     if not refresh and t is not None:
         return t
@@ -247,9 +248,10 @@ def _usable_t1(t: dict | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class Prior:
-    """A budget's starting t(N) and where it came from (`source`, for the record)."""
-    table: dict[int, float]
+class PriorTimes:
+    """A budget's t(N) before any live correction (`LiveVerifyTimes` corrects it) and where it
+    came from (`source`, for the record)."""
+    times: dict[int, float]
     source: str
 
     @property
@@ -264,24 +266,24 @@ EAGER = "the forward before the compiled packages"
 ESTIMATE = "estimate from t(1)"
 
 
-def starting_table(bundle) -> Prior:
+def prior_times(bundle) -> PriorTimes:
     """The best t(N) to start a budget from without measuring (a Step never waits for one): the
     cached table if plausible; else the last plausible one this process has seen for this key;
     else the cached table of the forward before the compiled packages landed; else an estimate
     from t(1) (the stale or eager table's, else guessed from the weights' size)."""
     t = _plausible_cached(bundle)
     if t is not None:
-        return Prior(t, MEASURED)
+        return PriorTimes(t, MEASURED)
     if _cache_key(bundle) in _known:
-        return Prior(_known[_cache_key(bundle)], KNOWN)
+        return PriorTimes(_known[_cache_key(bundle)], KNOWN)
     if _cache_key(bundle, full=False) != _cache_key(bundle):
         t = _plausible_cached(bundle, full=False)
         if t is not None:
-            return Prior(t, EAGER)
-    t1 = _usable_t1(cached_profile(bundle)) or _usable_t1(cached_profile(bundle, full=False))
+            return PriorTimes(t, EAGER)
+    t1 = _usable_t1(cached_times(bundle)) or _usable_t1(cached_times(bundle, full=False))
     if t1 is None:
         t1 = streamed_bytes(bundle.target) / (GUESSED_READ_GBS * 1e9)
-    return Prior(estimated_table(t1), ESTIMATE)
+    return PriorTimes(estimated_table(t1), ESTIMATE)
 
 
 def streamed_bytes(target) -> int:
@@ -291,8 +293,9 @@ def streamed_bytes(target) -> int:
     return sum(p.numel() * p.element_size() for p in target.parameters())
 
 
-class CostTable:
-    """t(N) for the budget: a prior table (cached, or an estimate) corrected by live verifications.
+class LiveVerifyTimes:
+    """t(N) for the budget: its prior (`PriorTimes`: cached, or an estimate) corrected by live
+    verifications, read at any N by `VerifyTimes`' one rule.
 
     Each observed N keeps the median of its last `window` timings. A prior point nobody has
     observed is scaled by live/prior at the nearest observed N below it, so one verification at
@@ -301,38 +304,33 @@ class CostTable:
     corrections stay here: they are timings under whatever else runs, which the cache never holds."""
 
     def __init__(self, prior: dict[int, float], window: int = 5):
-        self.prior = {int(n): float(v) for n, v in prior.items()}
+        self.prior = VerifyTimes(prior)
         self.window = window
         self.live: dict[int, deque] = {}
         self.observed = 0
-        self._curve = None    # (xs, ys) of estimates(), rebuilt after an observation: t() is called per N
-
-    def _prior_at(self, n: float) -> float:
-        xs = sorted(self.prior)
-        return float(np.interp(n, xs, [self.prior[x] for x in xs]))
+        self._now: VerifyTimes | None = None   # estimates() as a table, rebuilt after an observation
 
     def observe(self, n: int, seconds: float) -> None:
         if n < 1 or not seconds > 0:
             return
         self.live.setdefault(int(n), deque(maxlen=self.window)).append(float(seconds))
         self.observed += 1
-        self._curve = None
+        self._now = None
 
     def estimates(self) -> dict[int, float]:
+        prior = self.prior.points
         live = {n: statistics.median(d) for n, d in self.live.items() if d}
         if not live:
-            return dict(self.prior)
+            return prior
         out = dict(live)
-        for g, v in self.prior.items():
+        for g, v in prior.items():
             below = [n for n in live if n < g]
             if g not in live:
-                out[g] = v * live[max(below)] / self._prior_at(max(below)) if below else v
+                out[g] = v * live[max(below)] / self.prior.t(max(below)) if below else v
         return dict(sorted(out.items()))
 
     def t(self, n):
         """t(n) in seconds: a float for one n, an array for an array of them."""
-        if self._curve is None:
-            est = self.estimates()
-            self._curve = (np.array(list(est), dtype=np.float64), np.array(list(est.values()), dtype=np.float64))
-        y = np.interp(n, *self._curve)
-        return y if isinstance(n, np.ndarray) else float(y)
+        if self._now is None:
+            self._now = VerifyTimes(self.estimates())
+        return self._now.t(n)

@@ -2,11 +2,12 @@
 depth, are chosen every cycle from this machine's measured costs.
 
 t(N), the target's time to verify N tokens, starts from the best table known without measuring
-(model/timing.py's `starting_table`: the cached quiet measurement, else an estimate while the
+(model/timing.py's `prior_times`: the cached quiet measurement, else an estimate while the
 background measurer takes one) and is corrected by every verification the decoder times
-(`observe`); the corrections stay in the policy. Each cycle keeps the N that maximises expected
-tokens per second, (1 + sum of the N-1 best node values) / (t_draft + t(N)): node values
-approximate acceptance probabilities, so their sum estimates the accepted length. Every EXPLORE_EVERY cycles the budget verifies one other N (twice
+(`observe`, into a `LiveVerifyTimes`); the corrections stay in the policy. Each cycle keeps the N
+that maximises expected tokens per second, (1 + sum of the N-1 best node values) /
+(t_draft + t(N)): node values approximate acceptance probabilities, so their sum estimates the
+accepted length. Every EXPLORE_EVERY cycles the budget verifies one other N (twice
 the best, then half of it) so that a wrong prior for sizes it never chooses gets re-measured;
 any N is lossless, so exploring costs only time.
 """
@@ -21,22 +22,22 @@ import numpy as np
 from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from ..model.measurer import request_measurement
-from ..model.timing import CostTable, starting_table
+from ..model.timing import LiveVerifyTimes, prior_times
 from .eagle2 import Eagle2Policy
 
 EXPLORE_EVERY = 16
 EXPLORE_LEVELS = 2
 
 
-def best_rate(values: np.ndarray, spent_s: float, t_of, max_n: int = 1 << 30) -> tuple[int, float]:
+def best_rate(values: np.ndarray, spent_s: float, t, max_n: int = 1 << 30) -> tuple[int, float]:
     """The N <= max_n (root + N-1 best nodes) maximising expected tokens per second of this
     cycle, (1 + sum of the N-1 largest acceptance estimates) / (spent_s + t(N)), and that rate.
-    `t_of` takes an array of N (CostTable.t does): one interpolation a call, not one per N (the
+    `t` takes an array of N (LiveVerifyTimes.t does): one interpolation a call, not one per N (the
     policy calls this up to three times a cycle, inside the cycle's time)."""
     vals = np.sort(values)[::-1]
     m = min(len(vals) + 1, max_n)
     cum = np.concatenate([[0.0], np.cumsum(vals)])[:m]
-    rate = (1.0 + cum) / (spent_s + np.asarray(t_of(np.arange(1, m + 1)), dtype=np.float64))
+    rate = (1.0 + cum) / (spent_s + np.asarray(t(np.arange(1, m + 1)), dtype=np.float64))
     best = int(np.argmax(rate))  # the first of equal rates: the smallest N
     return best + 1, float(rate[best])
 
@@ -62,7 +63,7 @@ class AutoBudgetPolicy(Eagle2Policy):
     paid. Node values fall along every path, so a level that does not pay predicts that deeper
     ones will not either."""
     total_tokens: int = 64
-    profile: dict = field(default_factory=dict)   # t(N) in seconds; prepare() finds one if empty
+    prior_times: dict = field(default_factory=dict)   # t(N) in seconds to start from; prepare() finds one if empty
     adaptive_depth: bool = True
     learn_costs: bool = True    # correct t(N) from the verifications it times (and explore to do so)
     name: ClassVar[str] = "eagle2-auto"
@@ -74,15 +75,15 @@ class AutoBudgetPolicy(Eagle2Policy):
         self.call_s = 0.0          # running mean seconds of one draft call (measured)
         self.rank_prob = None      # running mean draft probability of the child at each rank
         self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0}
-        self.costs = None
-        self.prior = "given"       # where the starting table came from (timing.Prior.source)
-        self._use(self.profile)
+        self.times: LiveVerifyTimes | None = None   # the prior, corrected by the verifications timed
+        self.prior_source = "given"   # where the prior came from (timing.PriorTimes.source)
+        self._use(self.prior_times)
 
-    def _use(self, profile: dict) -> None:
-        self.profile = {int(n): float(v) for n, v in profile.items()}
-        if self.profile:  # no extrapolation past the largest measured N
-            self.total_tokens = min(self.total_tokens, max(self.profile))
-            self.costs = CostTable(self.profile)
+    def _use(self, prior: dict) -> None:
+        self.prior_times = {int(n): float(v) for n, v in prior.items()}
+        if self.prior_times:  # N stays within the measured table: no N is chosen on an extrapolation
+            self.total_tokens = min(self.total_tokens, max(self.prior_times))
+            self.times = LiveVerifyTimes(self.prior_times)
 
     def prepare(self, bundle) -> None:
         """Start from the best t(N) known without measuring: this runs inside a visitor's first
@@ -90,20 +91,17 @@ class AutoBudgetPolicy(Eagle2Policy):
         Without a plausible cached table the background measurer is asked for one (the next
         sessions start from it); this one's live corrections fix its start within a few cycles.
         A table given by the caller is used as it is."""
-        if self.costs is None:
-            prior = starting_table(bundle)
+        if self.times is None:
+            prior = prior_times(bundle)
             if not prior.cached:
                 request_measurement(bundle)
-            self.prior = prior.source
-            self._use(prior.table)
-        check(len(self.profile) >= 2, "The auto budget needs a measured verification profile.")
-
-    def t_of(self, n: int) -> float:
-        return self.costs.t(n)
+            self.prior_source = prior.source
+            self._use(prior.times)
+        check(len(self.prior_times) >= 2, "The auto budget needs a measured t(N) at two N at least.")
 
     def observe(self, n_verified: int, verify_s: float) -> None:
         if self.learn_costs:
-            self.costs.observe(n_verified, verify_s)
+            self.times.observe(n_verified, verify_s)
 
     @staticmethod
     def _pool_values(tree: DraftTree) -> np.ndarray:
@@ -116,14 +114,14 @@ class AutoBudgetPolicy(Eagle2Policy):
             return False  # re-measure a call and the deeper ranks, which stopping never updates
         spent = time.perf_counter() - self._t0
         vals = self._pool_values(tree)
-        _, now = best_rate(vals, spent, self.t_of, self.total_tokens)
+        _, now = best_rate(vals, spent, self.times.t, self.total_tokens)
         beam = np.exp(beam_values.double().cpu().numpy())
         predicted = (beam[:, None] * self.rank_prob[None, : self.top_k]).ravel()
-        _, nxt = best_rate(np.concatenate([vals, predicted]), spent + self.call_s, self.t_of, self.total_tokens)
+        _, nxt = best_rate(np.concatenate([vals, predicted]), spent + self.call_s, self.times.t, self.total_tokens)
         return nxt <= now
 
     def draft(self, runner, root):
-        check(len(self.profile) >= 2, "The auto budget needs a measured verification profile (prepare it).")
+        check(len(self.prior_times) >= 2, "The auto budget needs a measured t(N) at two N at least (prepare it).")
         self._t0 = time.perf_counter()
         # every EXPLORE_EVERY cycles a tree at least EXPLORE_LEVELS deep: a budget that stopped at
         # the root's children would otherwise keep the first cycle's call cost and rank
@@ -138,11 +136,11 @@ class AutoBudgetPolicy(Eagle2Policy):
             per = spent / calls
             self.call_s = per if self.call_s == 0.0 else 0.8 * self.call_s + 0.2 * per
         self._learn_ranks(tree)
-        best_n, rate = best_rate(self._pool_values(tree), spent, self.t_of, self.total_tokens)
+        best_n, rate = best_rate(self._pool_values(tree), spent, self.times.t, self.total_tokens)
         n = self._explore(best_n, len(tree.tokens))
         self.rerank(tree, n)
         # the expected tokens are the chosen rate times the cycle's time
-        tree.record = AutoRecord(n=n, levels=calls, expected_tokens=float(rate * (spent + self.t_of(best_n))),
+        tree.record = AutoRecord(n=n, levels=calls, expected_tokens=float(rate * (spent + self.times.t(best_n))),
                                  best_n=best_n)
         st = self.stats
         st["explored"] += n != best_n
@@ -181,7 +179,8 @@ class AutoBudgetPolicy(Eagle2Policy):
             self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
 
     def summary_stats(self) -> dict:
-        return {**self.stats, "verify_s": self.costs.estimates() if self.costs else {}, "prior": self.prior}
+        # "prior": where the prior came from, under the key the recorded stats already use
+        return {**self.stats, "verify_s": self.times.estimates() if self.times else {}, "prior": self.prior_source}
 
 
 @dataclass

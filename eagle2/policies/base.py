@@ -63,7 +63,7 @@ class TreePolicy:
         """Raise UserError on parameters out of range."""
 
     def prepare(self, bundle) -> None:
-        """Per-model set-up outside the timed steps (a measured cost table, a neighbour index)."""
+        """Per-model set-up outside the timed steps (the prior t(N), a neighbour index)."""
 
     def fork(self) -> "TreePolicy":
         """A copy that starts from what this policy has learnt (running statistics, measured costs)

@@ -30,7 +30,8 @@ from ..decoding.decoder import Decoder
 from ..errors import check
 from ..model.chat import chat_ids
 from ..model.loading import load_bundle
-from ..model.timing import cached_profile, sync
+from ..model.timing import cached_times, sync
+from ..model.verify_times import RECORD_KEY
 from ..phases import FORWARDS, PHASES, key as phase_key
 from ..devices import is_cuda
 from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
@@ -276,9 +277,9 @@ def main(argv=None) -> int:
         summary["skipped_rows"] = skipped
     if any(isinstance(r, LlamaCppPeer) for _, r in variants):
         summary["machine"]["llama_cpp_python"] = llama_cpp_version()
-    profile = cached_profile(bundle)
-    if profile:  # the t(N) table a cost-aware policy started from (the last quiet measurement, plausible or not)
-        summary["verify_profile_s"] = profile
+    times = cached_times(bundle)
+    if times:  # the t(N) table a cost-aware policy started from (the last quiet measurement, plausible or not)
+        summary[RECORD_KEY] = times
     write_results(Path(a.out), summary, results)
     print_table(summary)
     print(f"wrote {a.out}/summary.json and per_prompt.csv; the HTML report: python -m viz.report {a.out}")

@@ -103,6 +103,7 @@ def cmd_generate(a) -> int:
     from ..decoding.decoder import Decoder
     from ..model.loading import load_bundle
     from ..model.timing import verify_profile
+    from ..model.verify_times import RECORD_KEY
 
     a.policy = resolve_policy(a)
     sp = sampling_from(a)
@@ -125,7 +126,7 @@ def cmd_generate(a) -> int:
         if not a.json:
             print(st.text_delta, end="", flush=True)
     if a.trace_out:
-        dec.trace.meta["verify_profile_s"] = verify_profile(bundle, measure=False)  # for the what-if views
+        dec.trace.meta[RECORD_KEY] = verify_profile(bundle, measure=False)  # for the what-if views
         dec.trace.save(a.trace_out)
     s = dec.summary()
     if a.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import config, threads
 from ..model.weights import DEFAULT_PRESET
 
 
@@ -16,7 +17,7 @@ def add_model_args(p: argparse.ArgumentParser, head: bool = True, dtype: bool = 
     if dtype:
         p.add_argument("--dtype", default=None, help="q4_1 (the GGUF's blocks on integer kernels: the CPU default for the embedded "
                                                      "model), float32 (the CPU default for other models), bfloat16 (CUDA default), float16")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--threads", type=int, default=None, help=threads.HELP)
 
 
 def add_tree_args(p: argparse.ArgumentParser) -> None:
@@ -27,8 +28,8 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
 
 def add_cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recalibrate", action="store_true",
-                   help="re-measure this machine's verification costs t(N) (the hardware-aware budget's "
-                        "starting table, cached per device, model, torch version and thread count)")
+                   help="re-measure this machine's verification costs t(N) (the hardware-aware budget's prior, "
+                        "cached per device, model, torch version and thread count)")
 
 
 def recalibrate(a, bundle) -> None:
@@ -87,8 +88,7 @@ def sampling_from(a):
 
 
 def apply_threads(a) -> None:
-    if getattr(a, "threads", 0):
-        import torch
-        from ..errors import check
-        check(a.threads >= 1, f"--threads must be >= 1, or 0 for torch's default (got {a.threads}).")
-        torch.set_num_threads(a.threads)
+    """torch's threads as --threads says, else EAGLE2_THREADS (eagle2/threads.py): a command runs
+    one decode at a time."""
+    given = getattr(a, "threads", None)
+    threads.use_threads(config.current().threads if given is None else given)

@@ -1,0 +1,59 @@
+"""torch's CPU threads: what --threads (the app's and every command's) and EAGLE2_THREADS mean,
+resolved in this one place.
+
+A number >= 1 is that many threads per decode. 0, or nothing given, is the CPUs this process may
+use (its cgroup quota, else its affinity mask) shared between the decodes that run at once: the
+app's --concurrency sessions, a command's one. Not torch's own default: torch counts the
+machine's cores, not a container's quota, and oversubscribing a small CPU (2 sessions x 2 threads
+on 2 vCPUs) made tree verification an order of magnitude slower.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import check
+
+HELP = ("torch CPU threads per decode (0, the default: the CPUs this process may use, shared between "
+        "the decodes running at once; EAGLE2_THREADS)")
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: the cgroup quota (containers, Spaces) if any, else the affinity mask."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            return max(1, int(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        q = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        if q > 0:
+            return max(1, q // int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text()))
+    except (OSError, ValueError):
+        pass
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def check_threads(requested: int | None) -> None:
+    """A negative count is a UserError (the app and the commands report it before loading)."""
+    check(requested is None or requested >= 0,
+          f"--threads must be >= 1, or 0 for the default: the CPUs shared between the decodes at once "
+          f"(got {requested}).")
+
+
+def threads_per_decode(requested: int | None, concurrency: int = 1) -> int:
+    """The threads each decode gets: `requested` if >= 1, else the available CPUs / `concurrency`."""
+    check_threads(requested)
+    return requested or max(1, available_cpus() // max(1, concurrency))
+
+
+def use_threads(requested: int | None, concurrency: int = 1) -> int:
+    """Set torch's threads for this process's decodes (threads_per_decode); returns the count."""
+    import torch   # here, not above: the app checks its flags before torch loads
+    n = threads_per_decode(requested, concurrency)
+    torch.set_num_threads(n)
+    return n
