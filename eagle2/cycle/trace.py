@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, Union
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, TypeAdapter, ValidationError
-from pydantic_core import PydanticCustomError, to_json
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from ..errors import UserError
 from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
-from .tree import CHECKED, DraftTree, R, TreeRecord
+from .checked import CHECKED, Number
+from .tree import DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"
 SCHEMA_V1 = "eagle2-viz/trace/v1"   # v1: policy facts in a free `extra` dict of the tree
@@ -31,16 +32,6 @@ READABLE = (SCHEMA, SCHEMA_V1)
 # StepTrace.timings: this cycle's seconds; each phase's too (eagle2/phases.py) in traces recorded since
 TIMINGS = ("draft_s", "verify_s", "commit_s", "total_s")
 TOTALS = ("tokens", "target_forwards", "wall_s", "draft_calls")  # StepTrace.cumulative: the run's totals
-
-
-def _json_number(v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise PydanticCustomError("number_type", "Input should be a number")
-    return v
-
-
-# a JSON number as written: counts stay ints (the tables show them so), seconds floats
-Number = Annotated[int | float, PlainValidator(_json_number)]
 
 
 def _holding(keys, or_empty: bool = False) -> AfterValidator:

@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-# how a trace file's values are checked: JSON's types as annotated (an int stands for a float,
-# nothing else converts) and no name the type does not have
-CHECKED = ConfigDict(strict=True, extra="forbid")
+from .checked import CHECKED
 
 
 @dataclass
