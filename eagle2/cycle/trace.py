@@ -24,6 +24,7 @@ from pydantic_core import to_json
 from ..errors import UserError
 from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
 from .checked import CHECKED, Number
+from .series import PER_CYCLE, PRICING, SERIES_KEYS, Series  # noqa: F401  (viz reads the series type here)
 from .tree import DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"
