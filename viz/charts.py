@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-# SERIES_KEYS: the page reads it here
-from eagle2.cycle.trace import PER_CYCLE, PHASES, PRICING, SERIES_KEYS, Series, split_of  # noqa: F401
+from eagle2.cycle.trace import PER_CYCLE, PHASES, PRICING, Series, split_of
 
 from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
