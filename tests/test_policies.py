@@ -25,7 +25,7 @@ import torch
 from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
 from eagle2.policies import lantern_rule as LR
-from eagle2.policies.registry import TRACES, make_policy
+from eagle2.policies.registry import TRACES, make_policy, names
 from eagle2.cycle.sampling import SamplingParams, probs_from_logits
 
 ALPHA = 1e-3  # false-alarm rate of every statistical test in this file
@@ -213,6 +213,19 @@ def assert_round_trips(st) -> None:
     """The step as a trace file holds it reads back equal, its policy's record included."""
     back = TRACES.step(json.loads(json.dumps(st.to_dict())))
     assert back == st and type(back.tree.record) is type(st.tree.record)
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(), SamplingParams(temperature=1.0, seed=3)], ids=["greedy", "sampling"])
+def test_every_policys_recorded_trace_meets_the_trace_contract(tiny, tmp_cache, sp):
+    """What the engine writes its reader accepts: every registered policy's recorded run, as its
+    trace file holds it, reads back equal under every rule of the contract (the tree's sizes and
+    links, each step's texts and accepted path, cycles in order, the run's totals)."""
+    b, _ = tiny
+    for name in names():
+        own = {"k": 3} if name == "lantern" else {}      # its neighbours: within the tiny vocabulary
+        d = _run(b, name, dataclasses.replace(sp), [1, 2, 3], 12, record=True, total_tokens=8, depth=3, top_k=3, **own)
+        assert any(st.tree is not None for st in d.trace.steps), name
+        assert TRACES.from_json(d.trace.to_json()) == d.trace, name
 
 
 def test_ddd_records_beam_mass_and_stops(tiny):

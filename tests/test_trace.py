@@ -194,3 +194,110 @@ def test_an_upload_with_a_bad_field_says_where(tmp_path):
         read_upload(path)
     assert str(e.value) == ("Could not read this trace: the trace is malformed "
                             "(steps[3].tree.parents[5]: expected int, got str).")
+
+
+# ---------------------------------------------------------------- the rules beyond the field types
+def race_edited(change) -> dict:
+    """The first shipped trace (it records the race: series and previews), changed."""
+    d = json.loads(SHIPPED[0].read_text(encoding="utf-8"))
+    change(d)
+    return d
+
+
+def tree_of(d, i=1) -> dict:
+    return d["steps"][i]["tree"]
+
+
+def series_of(d, i=0) -> dict:
+    return d["meta"]["viz"]["series"][i]
+
+
+def preview_of(d, i) -> dict:
+    return d["meta"]["viz"]["previews"][i]
+
+
+@pytest.mark.parametrize("base,change,where", [
+    # a step: its texts, how much it accepted and where (the figures index the tree by these)
+    (edited, lambda d: d["steps"][1]["new_texts"].pop(), "steps[1].new_texts: 1 texts for 2 new_tokens"),
+    (edited, lambda d: d["steps"][1].update(accepted_len=4), "steps[1].accepted_len: 4 accepted of the tree's 3"),
+    (edited, lambda d: d["steps"][1].update(accepted_len=-1),
+     "steps[1].accepted_len: an accepted count is out of range"),
+    (edited, lambda d: d["steps"][0].update(accepted_len=5000),
+     "steps[0].accepted_len: an accepted count is out of range"),
+    (edited, lambda d: d["steps"][1]["tree_texts"].pop(), "steps[1].tree_texts: 2 entries for the tree's 3 nodes"),
+    (edited, lambda d: d["steps"][1].update(accepted_path=[3]),
+     "steps[1].accepted_path[0]: 3 is not a node of the tree"),
+    (edited, lambda d: d["steps"][1].update(accepted_path=[1, 0]), "steps[1].accepted_path[1]: 0 is not a node"),
+    # a tree: a root, every column one entry per node, each parent an earlier node
+    (edited, lambda d: tree_of(d).update({k: [] for k in ("tokens", "parents", "depths", "ranks", "logp", "values",
+                                                         "levels", "kept")}),
+     "steps[1].tree.tokens: a tree holds at least its root"),
+    (edited, lambda d: tree_of(d)["levels"].pop(), "steps[1].tree.levels: 2 entries for the tree's 3 nodes"),
+    (edited, lambda d: tree_of(d).update(target_prob=[0.5]), "steps[1].tree.target_prob: 1 entries for the tree's 3"),
+    (edited, lambda d: tree_of(d)["parents"].__setitem__(0, 0), "steps[1].tree.parents[0]: the root's parent is -1"),
+    (edited, lambda d: tree_of(d)["parents"].__setitem__(2, 2),
+     "steps[1].tree.parents[2]: node 2's parent is not an earlier node"),
+    # the steps: one run, cycles in order
+    (edited, lambda d: d["steps"][1].update(cycle=0), "steps[1].cycle: cycle 0 after cycle 0"),
+    # the meta the page reads: the run's description, the race's series and previews
+    (edited, lambda d: d["meta"].update(sampling=[0.7]), "meta.sampling: expected dict, got list"),
+    (edited, lambda d: d["meta"].update(policy="eagle2"), "meta.policy: expected dict, got str"),
+    (edited, lambda d: d["meta"].update(viz=1), "meta.viz: expected dict, got int"),
+    (edited, lambda d: d["meta"].update(model=1), "meta.model: expected str, got int"),
+    (edited, lambda d: d["meta"].update(prompt_text=["hi"]), "meta.prompt_text: expected str, got list"),
+    (edited, lambda d: d["meta"].update(sampling={"temperature": "hot"}),
+     "meta.sampling.temperature: expected number, got str"),
+    (edited, lambda d: d["meta"].update(sampling={"temperature": True}),
+     "meta.sampling.temperature: expected number, got bool"),
+    (race_edited, lambda d: d["meta"]["viz"].update(series={}), "meta.viz.series: expected list, got dict"),
+    (race_edited, lambda d: d["meta"]["viz"].update(previews="x"), "meta.viz.previews: expected list, got str"),
+    (race_edited, lambda d: series_of(d, 1).update(label=None), "meta.viz.series[1].label: expected str"),
+    (race_edited, lambda d: series_of(d, 1).pop("label"), "meta.viz.series[1]: missing field 'label'"),
+    (race_edited, lambda d: series_of(d)["wall_s"].__setitem__(2, float("nan")),
+     "meta.viz.series[0].wall_s[2]: expected a finite number, got nan"),
+    (race_edited, lambda d: series_of(d)["verify_s"].__setitem__(2, "x"),
+     "meta.viz.series[0].verify_s[2]: expected float, got str"),
+    (race_edited, lambda d: series_of(d)["forwards"].pop(),
+     "meta.viz.series[0].forwards: 11 entries for the 12 cycles of tokens"),
+    (race_edited, lambda d: series_of(d)["accepted"].extend([1] * 11),
+     "meta.viz.series[0].accepted: 22 entries for the 12 cycles of tokens"),
+    (race_edited, lambda d: series_of(d)["accepted"].__setitem__(0, -1),
+     "meta.viz.series[0].accepted[0]: an accepted count is out of range"),
+    (race_edited, lambda d: preview_of(d, 2)["tree"]["parents"].__setitem__(3, 9),
+     "meta.viz.previews[2].tree.parents[3]: node 3's parent is not an earlier node"),
+    (race_edited, lambda d: preview_of(d, 0).update(accepted_len=True),
+     "meta.viz.previews[0].accepted_len: expected int, got bool"),
+])
+def test_a_broken_rule_gives_one_user_error_naming_its_path(base, change, where):
+    """Beyond each field's type: what the figures draw from (every rule the page's upload checked)."""
+    assert where in malformed(base(change))
+
+
+def test_texts_may_be_missing_altogether_and_meta_names_anything_else():
+    """A run recorded without texts still reads (the figures show token ids); the meta's other
+    names and the race record's are the recorder's own, kept as written."""
+    d = good()
+    for st in d["steps"]:
+        st["new_texts"], st["tree_texts"] = [], []
+    d["meta"] = {"sampling": {"temperature": 0, "seed": "any"}, "viz": {"title": 5, "previews": None}, "x": [[{}]]}
+    tr = TRACES.from_json(json.dumps(d))
+    assert tr.meta == d["meta"] and tr.steps[1].tree_texts == []
+
+
+def test_the_reader_parses_the_text_in_one_place(tmp_path):
+    """Bytes or text, JSON, how deep it nests: one reader, whose errors speak of the file as "it"
+    and load names the file (the page says "Could not read this trace" instead)."""
+    text = json.dumps(good())
+    assert TRACES.from_json(("\ufeff" + text).encode("utf-8")) == TRACES.from_json(text)   # a byte-order mark
+    for raw, said in ((b"\xff\xfe{", "It is not a text file"), ("{oops", "It is not valid JSON ("),
+                      ("[" * 100_000, "Its JSON is nested far too deeply."),
+                      (json.dumps({"a": json.loads("[" * 40 + "]" * 40)}), "Its JSON nests more than 32 levels")):
+        with pytest.raises(UserError, match=f"^{said[:12]}") as e:
+            TRACES.from_json(raw)
+        assert said in str(e.value)
+    path = tmp_path / "t.json"
+    path.write_text("{oops", encoding="utf-8")
+    with pytest.raises(UserError, match=f"^Cannot read trace {path}: it is not valid JSON"):
+        TRACES.load(path)
+    with pytest.raises(UserError, match="^Cannot read trace .*missing.json: No such file"):
+        TRACES.load(tmp_path / "missing.json")

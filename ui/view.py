@@ -4,13 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import viz
-from eagle2.cycle.trace import Trace
+from eagle2.cycle.trace import VIZ_KEY, Trace  # noqa: F401  (VIZ_KEY: the page's modules read it here)
 from eagle2.errors import UserError
 from eagle2.policies.registry import TRACES
-from viz.charts import SERIES_KEYS
 from viz.charts import series as make_series
-
-VIZ_KEY = "viz"   # trace meta key holding the comparison/plain series and the side-by-side previews
 
 
 @dataclass
@@ -32,18 +29,10 @@ class View:
         if not tr.steps:
             raise UserError("This trace has no steps.")
         label = tr.steps[0].policy
-        series = [make_series(label, tr.steps, "main")]
-        previews = {}
+        # the race's other decoders and previews, when recorded (TRACES checked their shape)
         extra = tr.meta.get(VIZ_KEY) or {}
-        try:
-            for s in extra.get("series", []):
-                if isinstance(s, dict) and SERIES_KEYS <= set(s):
-                    series.append(s)
-            for d in extra.get("previews", []):
-                p = TRACES.step(d)
-                previews[p.cycle] = p
-        except (TypeError, ValueError, KeyError, AttributeError):
-            previews = {}  # optional extras: a trace without them still replays
+        series = [make_series(label, tr.steps, "main")] + list(extra.get("series") or [])
+        previews = {p.cycle: p for p in map(TRACES.step, extra.get("previews") or [])}
         temp = (tr.meta.get("sampling") or {}).get("temperature", 0.0) or 0.0
         return cls(steps=list(tr.steps), series=series, previews=previews, meta=tr.meta, source=source,
                    greedy=float(temp) == 0.0)

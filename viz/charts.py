@@ -1,51 +1,23 @@
 """Run-level charts: the race, speedups, acceptance lengths, calibration, per-depth acceptance.
 
 A *series* (`Series`) is one decoder's progress, a dict so it can be stored in a trace's meta and
-replayed without the decoder: "label", "role", "policy", "tokens", "wall_s", "forwards",
-"accepted" always, plus what pricing a run needs (viz/whatif.py, PRICING): "verified" (tokens
-verified, root included; plain decoding 1; the prefill 0), "draft_calls", "verify_s", "draft_s".
-Those lists have one entry per cycle (cycle 0 = prefill), "accepted" one per drafted cycle. Series
-recorded before the pricing keys existed lack them; everything but the what-if works without.
+replayed without the decoder; its keys are the trace's (eagle2/cycle/series.py): "label", "role",
+"policy", "tokens", "wall_s", "forwards", "accepted" always, plus what pricing a run needs
+(viz/whatif.py, PRICING). Series recorded before the pricing keys existed lack them; everything
+but the what-if works without.
 """
 from __future__ import annotations
 
 import bisect
-from typing import TypedDict
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from eagle2.cycle.trace import PHASES, split_of
+from eagle2.cycle.trace import PER_CYCLE, PHASES, PRICING, Series, split_of
 
 from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
-
-
-class _SeriesKeys(TypedDict):
-    label: str
-    role: str                     # "main", "compare", "plain" (ROLE_COLOURS)
-    policy: str
-    tokens: list[int]             # cumulative, per cycle
-    wall_s: list[float]           # cumulative, per cycle
-    forwards: list[int]           # cumulative target forwards, per cycle
-    accepted: list[int]           # accepted draft tokens, per drafted cycle
-
-
-class Series(_SeriesKeys, total=False):
-    """One decoder's progress (see the module docstring): the keys above always (read them as
-    s["tokens"]), those below when recorded (PRICING: check with `priced`)."""
-    finished: str | None
-    verified: list[int]           # PRICING, per cycle
-    draft_calls: list[int]
-    verify_s: list[float]
-    draft_s: list[float]
-    phases: list[list[float] | None]   # per cycle: seconds in each of PHASES (None: not recorded)
-
-
-SERIES_KEYS = frozenset(Series.__required_keys__)   # what every series holds (a recorded one too)
-PRICING = ("verified", "draft_calls", "verify_s", "draft_s")   # per cycle; older recordings lack them
-PER_CYCLE = ("tokens", "wall_s", "forwards", "phases") + PRICING
 
 
 def priced(s: Series) -> bool:

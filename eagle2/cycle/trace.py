@@ -6,8 +6,11 @@ without any model, so every text it shows is stored here, not recomputed from a 
 pydantic reads and writes the dataclasses below as they are annotated. Reading is strict, as JSON
 (a field of a file is of its annotated type or the file is malformed), and needs the record types
 a tree may carry: a TraceReader is built from them (the policy registry holds the one for every
-registered policy). A bad file gives one UserError naming the first bad field, e.g.
-"steps[3].tree.parents[5]: expected int, got str".
+registered policy). Beyond the types, the validators hold what the figures draw from: the sizes
+and links of a step and its tree, cycles in order, the meta the page reads (the run's description,
+the race's other series and previews). A bad file gives one UserError naming the first bad field,
+e.g. "steps[3].tree.parents[5]: expected int, got str". This reader is the one place a trace's
+text is parsed: its encoding, its JSON and how deep that nests.
 """
 from __future__ import annotations
 
@@ -18,12 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Generic, Union
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, TypeAdapter, ValidationError
-from pydantic_core import PydanticCustomError, to_json
+from pydantic import (AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError, WrapValidator,
+                      model_validator, with_config)
+from pydantic_core import to_json
+from typing_extensions import TypedDict   # pydantic reads typing's own only from Python 3.12
 
 from ..errors import UserError
 from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
-from .tree import CHECKED, DraftTree, R, TreeRecord
+from .checked import CHECKED, OPEN, AcceptedCount, Number, broken
+from .series import PER_CYCLE, PRICING, RecordedSeries, Series  # noqa: F401  (viz reads the series type here)
+from .tree import DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"
 SCHEMA_V1 = "eagle2-viz/trace/v1"   # v1: policy facts in a free `extra` dict of the tree
@@ -31,16 +38,8 @@ READABLE = (SCHEMA, SCHEMA_V1)
 # StepTrace.timings: this cycle's seconds; each phase's too (eagle2/phases.py) in traces recorded since
 TIMINGS = ("draft_s", "verify_s", "commit_s", "total_s")
 TOTALS = ("tokens", "target_forwards", "wall_s", "draft_calls")  # StepTrace.cumulative: the run's totals
-
-
-def _json_number(v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise PydanticCustomError("number_type", "Input should be a number")
-    return v
-
-
-# a JSON number as written: counts stay ints (the tables show them so), seconds floats
-Number = Annotated[int | float, PlainValidator(_json_number)]
+VIZ_KEY = "viz"   # the meta key holding the race's comparison and plain series and its previews
+MAX_NESTING = 32  # a trace nests 7 deep; far deeper JSON would overflow Python's recursion later
 
 
 def _holding(keys, or_empty: bool = False) -> AfterValidator:
@@ -69,18 +68,38 @@ class StepTrace(Generic[R]):
     cycle: int                       # 0 = prefill
     policy: str
     new_tokens: list[int]            # tokens this cycle emitted (accepted + bonus)
-    new_texts: list[str]
-    accepted_len: int                # accepted draft tokens (bonus excluded)
+    new_texts: list[str]             # one per new token ([]: recorded without texts)
+    accepted_len: AcceptedCount      # accepted draft tokens (bonus excluded)
     bonus: int | None
     timings: Annotated[dict[str, Number], _holding(TIMINGS)]    # this cycle's seconds
     # the run's totals after this cycle ({} for a preview: a step outside the run)
     cumulative: Annotated[dict[str, Number], _holding(TOTALS, or_empty=True)]
     tree: Annotated[DraftTree[R] | None, BeforeValidator(_tree_from_v1)] = None  # None: plain decoding, prefill
-    tree_texts: list[str] = field(default_factory=list)   # text of every pool node
+    tree_texts: list[str] = field(default_factory=list)   # text of every pool node ([]: none recorded)
     accepted_path: list[int] = field(default_factory=list)  # pool indices, root excluded
     root: int | None = None          # the token the tree grew from (the previous bonus)
     finished: str | None = None      # "eos", "max_new_tokens", "context" once done
     text_delta: str = ""             # how the decoded text grew (tokens can split characters)
+
+    @model_validator(mode="after")
+    def _sizes_and_links(self):
+        """Read from a file: a text per new token; with a tree, a text per node, no more accepted
+        than its nodes and an accepted path through them (the figures index the tree by these).
+        Texts may be missing altogether (the figures then show token ids), not in part."""
+        if self.new_texts and len(self.new_texts) != len(self.new_tokens):
+            raise broken(("new_texts",), f"{len(self.new_texts)} texts for {len(self.new_tokens)} new_tokens")
+        if self.tree is None:
+            return self
+        n = len(self.tree.tokens)
+        if self.accepted_len > n:
+            raise broken(("accepted_len",), f"{self.accepted_len} accepted of the tree's {n} nodes")
+        if self.tree_texts and len(self.tree_texts) != n:
+            raise broken(("tree_texts",), f"{len(self.tree_texts)} entries for the tree's {n} nodes")
+        bad = next((j for j, i in enumerate(self.accepted_path) if not 0 < i < n), None)
+        if bad is not None:
+            raise broken(("accepted_path", bad), f"{self.accepted_path[bad]} is not a node of the tree "
+                                                 f"below its root (1 to {n - 1})")
+        return self
 
     def to_dict(self) -> dict:
         return _dumper(StepTrace).dump_python(self)
@@ -98,13 +117,58 @@ class Trace(Generic[R]):
         Path(path).write_text(self.to_json())
 
 
+@with_config(OPEN)
+class Sampling(TypedDict, total=False):
+    temperature: Number | None       # 0 or none: greedy (the page draws greedy runs apart)
+
+
+def _as_written(d, check):
+    """Checked, then kept as the file wrote it: meta stays plain data in the file's order (a trace
+    writes back byte for byte; View reads each preview with TraceReader.step)."""
+    check(d)
+    return d
+
+
+@with_config(OPEN)
+class RaceRecord(TypedDict, Generic[R], total=False):
+    """meta[VIZ_KEY]: what the page recorded of its race beside the main decoder's steps."""
+    series: list[RecordedSeries] | None      # the comparison's and plain decoding's progress
+    # the comparison's tree on the main decoder's context, one step per drafted cycle
+    previews: list[StepTrace[R]] | None
+
+
+@with_config(OPEN)
+class Meta(TypedDict, Generic[R], total=False):
+    """A run's description as a file holds it: free-form, the names the page reads typed."""
+    model: str | None
+    head: str | None
+    device: str | None
+    dtype: str | None
+    prompt_text: str | None
+    policy: dict[str, Any] | None    # its name and parameters
+    sampling: Sampling | None
+    viz: RaceRecord[R] | None        # VIZ_KEY
+
+
 @dataclass
 class TraceFile(Generic[R]):
     """A trace as its file holds it (what a reader checks)."""
     __pydantic_config__ = CHECKED
     schema: str                      # one of READABLE (checked first: another is not a trace at all)
-    meta: dict[str, Any]
+    meta: Annotated[Meta[R], WrapValidator(_as_written)]
     steps: list[StepTrace[R]]
+
+    @model_validator(mode="after")
+    def _one_run(self):
+        """The steps are one run's: cycles in order, each with the run's totals (a preview, a step
+        outside the run, has none)."""
+        for i, st in enumerate(self.steps):
+            if not st.cumulative:
+                raise broken(("steps", i, "cumulative"), f"missing key {TOTALS[0]!r}")
+            if i and st.cycle <= self.steps[i - 1].cycle:
+                raise broken(("steps", i, "cycle"), f"cycle {st.cycle} after cycle {self.steps[i - 1].cycle} "
+                                                    "(cycles increase)")
+        return self
 
 
 @functools.cache
@@ -128,24 +192,29 @@ class TraceReader:
 
     def load(self, path) -> Trace:
         try:
-            return self.from_json(Path(path).read_text(encoding="utf-8"))
+            raw = Path(path).read_bytes()
         except OSError as e:
             raise UserError(f"Cannot read trace {path}: {e.strerror}.") from None
-        except UnicodeDecodeError:
-            raise UserError(f"Cannot read trace {path}: it is not UTF-8 text.") from None
-
-    def from_json(self, text: str) -> Trace:
         try:
-            d = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"This file is not a trace: it is not valid JSON ({e}).") from None
-        except RecursionError:
-            raise UserError("This file is not a trace: its JSON is nested far too deeply.") from None
-        return self._read(d, text)
+            return self.from_json(raw)
+        except UserError as e:
+            raise e.about(f"Cannot read trace {path}") from None
 
-    def from_dict(self, d) -> Trace:
-        """A trace from its parsed JSON (Trace.to_json's shape)."""
-        return self._read(d, None)
+    def from_json(self, text: str | bytes) -> Trace:
+        """A trace from its file's text (as bytes: UTF-8, a byte-order mark allowed). Its errors
+        speak of the file as "it", for the caller to say which (UserError.about)."""
+        try:
+            if isinstance(text, bytes):
+                text = text.decode("utf-8-sig")
+            d = json.loads(text)
+        except UnicodeDecodeError:
+            raise UserError("It is not a text file (a trace is JSON).") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"It is not valid JSON ({e}).") from None
+        except RecursionError:
+            raise UserError("Its JSON is nested far too deeply.") from None
+        _nesting_at_most(d, MAX_NESTING)
+        return self._read(d, text)
 
     def step(self, d, where: str = "step") -> StepTrace:
         """One step as StepTrace.to_dict wrote it (a preview: its totals may be empty)."""
@@ -156,9 +225,6 @@ class TraceReader:
             found = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise UserError(f"This file is not an eagle2-viz trace (schema {found!r}, expected {SCHEMA!r}).")
         f = self._checked(self._types[0], d, text, "")
-        for i, s in enumerate(f.steps):   # a step of the run, unlike a preview, carries the run's totals
-            if not s.cumulative:
-                raise UserError(f"The trace is malformed (steps[{i}].cumulative: missing key {TOTALS[0]!r}).")
         return Trace(meta=f.meta, steps=f.steps)
 
     def _checked(self, adapter: TypeAdapter, d, text: str | None, where: str):
@@ -182,6 +248,8 @@ class TraceReader:
             return _at(where, loc, "missing field 'kind'")
         if kind == "value_error":
             return _at(where, loc, str(err["ctx"]["error"]))
+        if kind == "finite_number":
+            return _at(where, loc, f"expected a finite number, got {got}")
         if kind in _EXPECTED:
             return _at(where, loc, f"expected {_EXPECTED[kind]}, got {'None' if got is None else type(got).__name__}")
         return _at(where, loc, err["msg"])
@@ -191,6 +259,18 @@ class TraceReader:
 _EXPECTED = {"int_type": "int", "float_type": "float", "number_type": "number", "string_type": "str",
              "bool_type": "bool", "list_type": "list", "dict_type": "dict", "dataclass_type": "dict",
              "model_attributes_type": "dict"}
+
+
+def _nesting_at_most(data, limit: int) -> None:
+    """A UserError if lists and objects nest deeper than `limit` (walked without recursion: pydantic,
+    the page and the figures recurse into whatever a trace holds)."""
+    stack = [(data, 1)] if isinstance(data, (dict, list)) else []
+    while stack:
+        x, depth = stack.pop()
+        if depth > limit:
+            raise UserError(f"Its JSON nests more than {limit} levels deep (a trace nests 7).")
+        stack.extend((v, depth + 1) for v in (x.values() if isinstance(x, dict) else x)
+                     if isinstance(v, (dict, list)))
 
 
 def _at(where: str, loc, what: str) -> str:

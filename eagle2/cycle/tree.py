@@ -4,18 +4,21 @@ verifies (kept), and, after verification, what the target thought of them.
 Columnar lists (one entry per pool node, index 0 = the root) keep it cheap to build in the hot
 loop and trivial to serialise or turn into a table. Torch-free: traces hold trees, and the page
 replays traces without a model. The types are plain dataclasses; trace.py reads and writes them
-with pydantic, checking every field of a file against its annotation (CHECKED).
+with pydantic, checking every field of a file against its annotation (CHECKED) and a tree read
+from a file for the shape the figures draw (DraftTree's validator).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field, model_validator
 
-# how a trace file's values are checked: JSON's types as annotated (an int stands for a float,
-# nothing else converts) and no name the type does not have
-CHECKED = ConfigDict(strict=True, extra="forbid")
+from .checked import CHECKED, broken
+
+# the columns: one entry per pool node, or (the second) that or none at all (not filled)
+NODE_COLUMNS = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept")
+NODE_COLUMNS_OR_EMPTY = ("order", "target_prob", "accepted")
 
 
 @dataclass
@@ -57,6 +60,24 @@ class DraftTree(Generic[R]):
     # runtime only, never read from or written to files: q at each parent of sampled siblings (dense [V] tensors)
     draft_dists: Annotated[dict, Field(exclude=True)] = field(default_factory=dict, init=False, repr=False,
                                                               compare=False)
+
+    @model_validator(mode="after")
+    def _one_tree(self):
+        """Read from a file: a root, every column one entry per node, each parent an earlier node
+        (the figures lay the tree out by walking parents; a loop would never end)."""
+        n = len(self.tokens)
+        if n == 0:
+            raise broken(("tokens",), "a tree holds at least its root")
+        for k in NODE_COLUMNS + NODE_COLUMNS_OR_EMPTY:
+            m = len(getattr(self, k))
+            if m != n and not (m == 0 and k in NODE_COLUMNS_OR_EMPTY):
+                raise broken((k,), f"{m} entries for the tree's {n} nodes")
+        if self.parents[0] != -1:
+            raise broken(("parents", 0), f"the root's parent is -1, not {self.parents[0]}")
+        bad = next((i for i, p in enumerate(self.parents) if i and not 0 <= p < i), None)
+        if bad is not None:
+            raise broken(("parents", bad), f"node {bad}'s parent is not an earlier node ({self.parents[bad]})")
+        return self
 
     def __len__(self) -> int:
         return len(self.tokens)
