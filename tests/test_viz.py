@@ -388,18 +388,41 @@ def test_colour_bar_and_legend_stay_off_the_nodes():
     assert -fig.layout.legend.y * ph + 2 * 20 <= fig.layout.margin.b                              # two legend lines fit
 
 
-def test_explain_keeps_every_node_in_place_across_phases():
+def node_positions(fig) -> dict:
+    """{node: (x, y)} of every node a figure draws (a ring sits on its node's point)."""
+    return {c: (x, y) for t in fig.data if t.customdata is not None for c, x, y in zip(t.customdata, t.x, t.y)}
+
+
+def assert_order_kept(before: dict, after: dict, what) -> None:
+    """The nodes placed in both {node: (x, y)} keep their top-to-bottom order in every depth
+    column, none level with another."""
+    common = [c for c in before if c in after]
+    for depth in {before[c][0] for c in common}:
+        col = [c for c in common if before[c][0] == depth]
+        for where in (before, after):
+            assert len({where[c][1] for c in col}) == len(col), f"{what}: two nodes level at depth {depth}"
+        assert sorted(col, key=lambda c: before[c][1]) == sorted(col, key=lambda c: after[c][1]), \
+            f"{what}: a node passes another at depth {depth}"
+
+
+def test_explain_keeps_node_order_and_the_frame_across_phases():
+    """Each phase lays the tree out as it stands then, in one frame (height, depth axis and y range):
+    nodes move as the tree grows but keep their order in every depth column; from the rerank on the
+    tree no longer changes, and neither does any node's place."""
     st = _random_tree(accept=3)
     figs = {k: viz.explain_figure(st, k) for k, _ in viz.phases(st)}
     assert len(figs) == 6 + 3                                               # six expansion levels, rerank, verify, accept
-    where = {}
     for k, f in figs.items():
         assert f.layout.height == figs[ACCEPT].layout.height and f.layout.xaxis.range == figs[ACCEPT].layout.xaxis.range
         assert f.layout.yaxis.range == figs[ACCEPT].layout.yaxis.range
-        for t in f.data:
-            if t.customdata is not None:
-                for c, x, y in zip(t.customdata, t.x, t.y):
-                    assert where.setdefault(c, (x, y)) == (x, y), f"node {c} moves in phase {k}"
+    pos = {k: node_positions(f) for k, f in figs.items()}
+    keys = list(figs)
+    for a, b in zip(keys, keys[1:]):
+        assert_order_kept(pos[a], pos[b], b)
+    where = {}
+    for k in (RERANK, VERIFY, ACCEPT):
+        for c, xy in pos[k].items():
+            assert where.setdefault(c, xy) == xy, f"node {c} moves in phase {k}"
     G = tree_graph(st)
     deepest = max(st.tree.depths)
     for k, f in figs.items():

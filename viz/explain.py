@@ -1,5 +1,6 @@
 """Explain mode: one cycle replayed phase by phase (expansion levels, rerank, verification,
-acceptance), each with a figure and a paragraph. Node positions stay fixed across phases."""
+acceptance), each with a figure and a paragraph. Each phase lays out the tree as it stands then;
+nodes keep their order from phase to phase (explain_layout.py)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,8 @@ from enum import Enum
 
 from . import record_notes
 from .common import esc, fmt_p, show_ws
-from .tree_graph import BONUS, draw_tree, layout, tree_graph
+from .explain_layout import phase_layouts
+from .tree_graph import BONUS, draw_tree, tree_graph
 
 
 class Stage(Enum):
@@ -58,35 +60,28 @@ def _beams(step) -> list[list[int]]:
 
 
 def explain_figure(step, key: Phase, height: int | None = None):
-    """The tree as it stood at one phase. Every phase draws the same layout of the whole pool, so
-    a node stays where it is from phase to phase and the figure keeps its size. Expansion phases
-    show the nodes drafted so far, the root and the ones selected now (ringed) labelled first, then
-    the others by path value, as many as fit; later phases show the whole pool with dropped nodes
-    faded."""
+    """The tree as it stood at one phase, laid out as it stands then and spread over the y axis
+    all the cycle's phases share (explain_layout): nodes keep their order from phase to phase and
+    the figure its size. Expansion phases show the nodes drafted so far: the root and the nodes
+    selected for expansion (those selected now ringed) full size and labelled, the candidates left
+    in the pool small and faded; later phases show the whole pool with dropped nodes faded."""
     G = tree_graph(step)
-    beams = _beams(step)
-    in_beam = {i for b in beams for i in b}
-    dropped = {v for v in G.nodes if G.nodes[v]["kind"] == "dropped"}
     x_max = max(G.nodes[v]["depth"] for v in G.nodes)
     title = f"Cycle {step.cycle} · {step.policy} · {key.label}"
-    # a row for every node that is ever labelled: the kept ones and the ones selected for expansion
-    full = (set(G.nodes) - dropped) | (in_beam & set(G.nodes))
-    pos, rows = layout(G, set(G.nodes), full)
+    lay = phase_layouts(G, _beams(step))[key.level]
     if key.stage is Stage.EXPAND:
-        lv = key.level
-        shown = {v for v in G.nodes if v != BONUS and (v == 0 or G.nodes[v]["level"] <= lv)}
-        top = max(G.nodes[v]["level"] for v in G.nodes if v != BONUS)
-        ring = beams[lv] if lv < len(beams) and lv < top else []
-        return draw_tree(G, {v: pos[v] for v in shown}, rows, labelled=shown & full, rings=ring,
-                         ring_name="selected for expansion", show_path=False, title=title, height=height,
-                         x_max=x_max)
+        return draw_tree(G, lay.pos, lay.rows, labelled=lay.labelled, rings=lay.rings,
+                         ring_name="selected for expansion", small_name="candidates, not selected",
+                         show_path=False, title=title, height=height, x_max=x_max)
+    dropped = {v for v in G.nodes if G.nodes[v]["kind"] == "dropped"}
     if key.stage is Stage.RERANK:
-        return draw_tree(G, pos, rows, faded=dropped, show_path=False, title=title, height=height, x_max=x_max)
+        return draw_tree(G, lay.pos, lay.rows, faded=dropped, show_path=False, title=title, height=height,
+                         x_max=x_max)
     if key.stage is Stage.VERIFY:
         tp = {v: G.nodes[v]["target_prob"] for v in G.nodes}
-        return draw_tree(G, pos, rows, faded=dropped, show_path=False, colour_values=tp,
+        return draw_tree(G, lay.pos, lay.rows, faded=dropped, show_path=False, colour_values=tp,
                          colour_title="target prob", title=title, height=height, x_max=x_max)
-    return draw_tree(G, pos, rows, faded=dropped, show_path=True, title=title, height=height, x_max=x_max)
+    return draw_tree(G, lay.pos, lay.rows, faded=dropped, show_path=True, title=title, height=height, x_max=x_max)
 
 
 def _q(text: str) -> str:

@@ -291,18 +291,22 @@ def plan_labels(G: nx.DiGraph, pos: dict, frame: Frame, sizes: dict, extents: di
 
 
 ROOT_SIZE, BONUS_SIZE, FADED_SIZE = 16.0, 20.0, 6.0
+SMALL_OPACITY = 0.45   # the dropped and the unlabelled nodes' markers: present, but behind the tree
 RING_GROW = {"accepted": 7, "selected": 8}
 
 
 def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value", labelled=None,
-              faded=(), rings=(), ring_name: str = "selected", show_path: bool = True,
+              faded=(), rings=(), ring_name: str = "selected", small_name: str = "not labelled",
+              show_path: bool = True,
               colour_values: dict | None = None, colour_title: str | None = None,
               title: str | None = None, height: int | None = None, x_max: float | None = None) -> go.Figure:
     """Draw the positioned nodes. labelled: the nodes that may carry a label and are drawn at full
-    size (default: all but the faded); plan_labels picks which of them do: the root, the accepted
-    path and the bonus (show_path), the ringed nodes, then the rest by path value. colour_by:
-    'value' (path value) or 'prob' (the node's own draft probability); colour_values overrides both
-    (e.g. the target's probabilities). A long title is wrapped onto two or three lines."""
+    size (default: all but the faded); the others are drawn small and faded, unlabelled, in a
+    trace of their own named `small_name`. plan_labels picks which labelled nodes carry a label:
+    the root, the accepted path and the bonus (show_path), the ringed nodes, then the rest by path
+    value. colour_by: 'value' (path value) or 'prob' (the node's own draft probability);
+    colour_values overrides both (e.g. the target's probabilities). A long title is wrapped onto
+    two or three lines."""
     if not show_path:    # an explain phase before acceptance lays the bonus out but does not draw it
         pos = {v: p for v, p in pos.items() if v != BONUS}
     faded = set(faded) & set(pos)
@@ -342,13 +346,18 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
         fn = sorted(faded, key=str)
         fig.add_trace(go.Scatter(
             x=[pos[v][0] for v in fn], y=[pos[v][1] for v in fn], mode="markers", name="dropped by rerank",
-            marker=dict(size=FADED_SIZE, color=DROPPED_COLOUR, opacity=0.45, line=dict(width=0)),
+            marker=dict(size=FADED_SIZE, color=DROPPED_COLOUR, opacity=SMALL_OPACITY, line=dict(width=0)),
             customdata=[str(v) for v in fn], hovertemplate="%{text}<extra></extra>",
             text=[_hover(G.nodes[v]) for v in fn]))
-    main = [v for v in pos if v not in faded and G.nodes[v]["kind"] in ("kept", "dropped")]
-    main.sort(key=lambda v: (pos[v][0], pos[v][1]))
+    drafted = sorted((v for v in pos if v not in faded and G.nodes[v]["kind"] in ("kept", "dropped")),
+                     key=lambda v: (pos[v][0], pos[v][1]))
+    small = [v for v in drafted if v not in labelled]
+    if small:   # under the labelled nodes, which are drawn over them
+        _add_small_nodes(fig, G, pos, small, small_name,
+                         _node_colours(G, small, colour_by, colour_values, colour_title)[0])
+    main = [v for v in drafted if v in labelled]
     if main:
-        _add_draft_nodes(fig, G, pos, main, labelled, {v: t for v, t in labels.items() if v not in ringed}, frame,
+        _add_draft_nodes(fig, G, pos, main, {v: t for v, t in labels.items() if v not in ringed}, frame,
                          *_node_colours(G, main, colour_by, colour_values, colour_title))
     _add_rings(fig, G, pos, rings, labels, ring_name, "#059669", RING_GROW["selected"])
     _add_rings(fig, G, pos, path_rings, labels, "accepted", ACCEPT_COLOUR, RING_GROW["accepted"])
@@ -384,7 +393,18 @@ def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list
     return [G.nodes[v]["pv"] for v in main], "path value"
 
 
-def _add_draft_nodes(fig, G, pos, main, labelled, labels, frame, cvals, ctitle) -> None:
+def _add_small_nodes(fig, G, pos, nodes, name, cvals) -> None:
+    """Nodes drawn small, faded and unlabelled (an expansion's candidates left in the pool): they
+    keep their colour, so their values still read against the labelled nodes', but recede."""
+    fig.add_trace(go.Scatter(
+        x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers", name=name,
+        customdata=[str(v) for v in nodes], hovertext=[_hover(G.nodes[v]) for v in nodes],
+        hovertemplate="%{hovertext}<extra></extra>",
+        marker=dict(size=FADED_SIZE, color=cvals, cmin=0.0, cmax=1.0, colorscale=CONFIDENCE_SCALE,
+                    opacity=SMALL_OPACITY, line=dict(width=0.6, color="#475569"))))   # the palest value stays visible
+
+
+def _add_draft_nodes(fig, G, pos, main, labels, frame, cvals, ctitle) -> None:
     # the colour bar lies under the depth axis, across the plot's width: beside the plot it took a
     # fifth of a phone-wide figure, and inside it covered nodes
     fig.add_trace(go.Scatter(
@@ -394,9 +414,9 @@ def _add_draft_nodes(fig, G, pos, main, labelled, labels, frame, cvals, ctitle) 
         textposition=[labels[v][1] if v in labels else "middle right" for v in main],
         textfont=dict(size=LABEL_SIZE, color="#111827", shadow="auto"), cliponaxis=False,
         hovertext=[_hover(G.nodes[v]) for v in main], hovertemplate="%{hovertext}<extra></extra>",
-        marker=dict(size=[_size(G.nodes[v]["pv"]) if v in labelled else FADED_SIZE for v in main], color=cvals,
+        marker=dict(size=[_size(G.nodes[v]["pv"]) for v in main], color=cvals,
                     cmin=0.0, cmax=1.0, colorscale=CONFIDENCE_SCALE,
-                    line=dict(width=[1 if v in labelled else 0.3 for v in main], color="#334155"),
+                    line=dict(width=1, color="#334155"),
                     colorbar=dict(title=dict(text=ctitle, side="right", font=dict(size=12)), orientation="h",
                                   thickness=10, lenmode="pixels", len=130, x=0.0, xanchor="left",
                                   yref="paper", y=-AXIS_PX / frame.plot_h, yanchor="top", ypad=0,
