@@ -156,6 +156,7 @@ def test_a_session_holds_the_engines_race_rather_than_being_one():
     assert not isinstance(sess, Race) and isinstance(sess.race, Race) and not sess.started
 
 
+@pytest.mark.slow   # the full suite's: a fresh interpreter importing torch (the fast tier stays under two minutes)
 def test_the_session_layer_imports_no_gradio():
     """Sessions, views, the model holder and the trace recorder work without Gradio (scripts,
     the recorder); only the dashboard, handlers, tabs and page import it."""

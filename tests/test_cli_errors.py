@@ -202,6 +202,7 @@ def run_cli(*args, timeout=240, module="eagle2"):
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow   # the full suite's: fresh interpreters importing torch (the fast tier stays under two minutes)
 def test_subprocess_bad_input(tiny):
     r = run_cli(*base(tiny, "--depth", "0"))
     assert_clean_error(r.returncode, r.stderr, "depth")
@@ -214,6 +215,7 @@ def test_training_commands_name_their_own_entry_point(capsys, cmd):
     assert_clean_error(code, err, f"python -m eagle2_train {cmd}")
 
 
+@pytest.mark.slow   # the full suite's: a fresh interpreter importing torch (the fast tier stays under two minutes)
 def test_subprocess_training_entry_point(tmp_path):
     """`python -m eagle2_train train` parses its own options and reports a UserError as one line."""
     r = run_cli("train", "--out", str(tmp_path / "run"), "--ttt-steps", "0", module="eagle2_train")

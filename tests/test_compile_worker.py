@@ -7,10 +7,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = "from eagle2.tools.compile import exit_with_parent; import time; exit_with_parent(); print('up', flush=True); time.sleep(120)"
 
 
+@pytest.mark.slow   # the full suite's: a worker process and its wait (the fast tier stays under two minutes)
 def test_the_worker_exits_when_its_parent_is_gone():
     # the parent starts the worker the way CompiledTarget.start_background does, then dies at once
     parent = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {CHILD!r}], "

@@ -57,6 +57,7 @@ for i in range(50):
 """
 
 
+@pytest.mark.slow   # the full suite's: two processes (the fast tier stays under two minutes)
 def test_two_processes_storing_timings_at_once_keep_every_key(tmp_path):
     cache = tmp_path / "verify_times.json"
     cache.write_text(json.dumps({"earlier": {"1": 0.5}}))

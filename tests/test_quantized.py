@@ -172,6 +172,7 @@ def test_greedy_identity_in_q4_1_tiny(tiny_q4, policy, kw):
         assert d.generated == ref.generated, f"{policy} departs from plain q4_1 on {prompt}"
 
 
+@pytest.mark.slow   # the full suite's: thousands of sampled tokens (the fast tier stays under two minutes)
 def test_sampling_keeps_the_q4_1_distribution(tiny_target):
     """The first speculated token (after the prefill's own) under eagle2 against the q4_1 target's
     softmax given the same first token: counts against the summed conditional probabilities
@@ -257,6 +258,7 @@ def test_a_model_the_kernels_cannot_take_is_a_clear_error(tiny_target):
         load_bundle(str(folder), "random", dtype="q4_1")
 
 
+@pytest.mark.slow   # the full suite's: a GGUF written and read (the fast tier stays under two minutes)
 def test_a_gguf_type_the_kernels_do_not_read_names_the_tensor(tmp_path, tiny_target):
     import gguf
     from eagle2.model.loading import load_target
@@ -281,6 +283,7 @@ def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, mon
     assert "no AVX2" in err and "running float32" in err
 
 
+@pytest.mark.slow   # the full suite's: a head trained a few steps and quantised (the fast tier stays under two minutes)
 def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target, tmp_path):
     """qf_head3 (the EAGLE-3 head's layer in Q8_0, fp16 cache) against the head's own fp32 forward:
     the same outputs within the int8 roundings, over a prefix and a tree step with a mask."""

@@ -28,6 +28,7 @@ def drafted(r: Race) -> list:
     return [s for s in r.main.trace.steps if s.tree is not None]
 
 
+@pytest.mark.slow   # the full suite's: a fresh interpreter importing torch (the fast tier stays under two minutes)
 def test_the_race_imports_no_gradio():
     code = ("import sys, eagle2.decoding.race\n"
             "assert 'gradio' not in sys.modules, sorted(m for m in sys.modules if m.startswith('gradio'))\n"

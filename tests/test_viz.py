@@ -342,6 +342,7 @@ def test_label_budget_follows_the_figure_height():
     assert n_short < n_tall
 
 
+@pytest.mark.slow   # the full suite's: every shipped tree drawn and measured (the fast tier stays under two minutes)
 def test_shipped_trees_readable_at_phone_width():
     """Every tree of the shipped traces (60-node eagle2 trees and their static comparisons): no two
     labels overlap at phone width, and the root, accepted path and bonus are labelled."""

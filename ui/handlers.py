@@ -148,9 +148,11 @@ class Live(Tab, ClassroomEvents):
         o = self.out
         t0 = time.perf_counter()
         view = sess.view()
+        drawn = render(view, None, colour_by, show_dropped, panels, o, accept)
+        # published once the presenter's own drawing is done: the class's fetches of the new cycle
+        # (its render for them, each follower's answer) then never run beside the presenter's
         if sess.presenting is not None:
             sess.presenting.publish(view, race_status(sess), sess.prompt)
-        drawn = render(view, None, colour_by, show_dropped, panels, o, accept)
         sess.page_s += time.perf_counter() - t0    # the page's own work, shown in the next drawing
         return {o["session"]: sess, o["status"]: live_status(sess), **drawn}
 
