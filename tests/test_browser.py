@@ -5,6 +5,7 @@ refreshes the README's docs/screenshot.png."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -328,13 +329,25 @@ def test_a_class_follows_the_presenter_with_no_click(browser, server):
         wait_status(follower, f"Following {code}")
         wait_status(follower, "cycle 1 ·")
         wait_status(presenter, "1 following", timeout=30_000)
-        sent = []                                          # nothing new: the follower's tab asks the mark
-        record = lambda r: sent.append((r.method, r.url))  # route each second and calls no event  # noqa: E731
+        # nothing new: the follower's tab asks the mark route each second and calls no event. Its
+        # first tick asks the page once (follow_tick) and the mark's change brings follow_frame:
+        # the quiet window starts when the mark has settled and no event was sent for 1.5 s
+        sent = []
+        record = lambda r: sent.append((time.monotonic(), r.method, r.url))   # noqa: E731
         follower.on("request", record)
+        follower.wait_for_function(
+            "(c) => { const el = document.querySelector('#follow-mark textarea, #follow-mark input');"
+            " return !!el && new RegExp('^' + c + ':[0-9]+$').test(el.value); }", arg=code, timeout=30_000)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and time.monotonic() - max(
+                (t for t, m, _ in sent if m == "POST"), default=0.0) < 1.5:
+            follower.wait_for_timeout(250)
+        start = time.monotonic()
         follower.wait_for_timeout(3500)
         follower.remove_listener("request", record)
-        assert len([u for _, u in sent if "/classroom/mark?" in u]) >= 2, sent
-        assert not [u for m, u in sent if m == "POST"], sent
+        quiet = [(m, u) for t, m, u in sent if t >= start]
+        assert len([u for _, u in quiet if "/classroom/mark?" in u]) >= 2, quiet
+        assert not [u for m, u in quiet if m == "POST"], quiet
         for n in (2, 3):                                   # the follower clicks nothing
             presenter.locator("#step-btn").click()
             wait_status(presenter, f"cycle {n} ·")
@@ -357,7 +370,19 @@ def test_a_class_follows_the_presenter_with_no_click(browser, server):
         presenter.locator("#step-btn").click()
         wait_status(presenter, "cycle 4 ·")                # the presenter's race is its own
         follower.locator("#live-classroom > .label-wrap").click()
-        follower.locator("#follow-input input, #follow-input textarea").first.fill(code)
+        # Under load the code filled into the box just after the accordion opened could be wiped as
+        # the box finished mounting, and Follow then went with an empty code (the page rightly said
+        # "Type the presenter's code"): the code is filled until it stays.
+        box = follower.locator("#follow-input input, #follow-input textarea").first
+        for _ in range(10):
+            box.fill(code)
+            kept = True
+            for _ in range(3):
+                follower.wait_for_timeout(200)
+                kept = kept and box.input_value() == code
+            if kept:
+                break
+        assert box.input_value() == code
         follower.locator("#follow-btn").click()            # and back
         wait_status(follower, "cycle 4 ·", timeout=30_000)
         wait_status(follower, f"Following {code}")
