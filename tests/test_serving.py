@@ -239,9 +239,20 @@ def test_sessions_starting_at_once_measure_nothing_on_the_server(tiny_target, tm
     def measured() -> list[str]:
         return [ln for ln in app.text()[1].splitlines() if ln.startswith("t(N) measured")]
 
+    def kept(lines) -> bool:   # the last try kept a plausible table ("quiet: cached, but not plausible" is tried again)
+        return bool(lines) and "quiet: cached)" in lines[-1]
+
+    def settled(after: int) -> list[str]:
+        deadline = time.monotonic() + 120
+        while not (len(measured()) > after and kept(measured())) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return measured()
+
     try:
         app.wait_for("ready at", 0, timeout=180)
-        assert len(measured()) == 1 and cache.is_file(), app.text()[1][-2000:]   # while loading
+        loading = settled(0)    # while loading; on the tiny model a noisy try can be judged not plausible
+        assert kept(loading) and cache.is_file(), app.text()[1][-2000:]
+        assert all(" in thread eagle2-t(N)-measurer" in ln for ln in loading), loading
         bad = {"1": 1.0, "2": 5.0, "4": 0.1}
         cache.write_text(json.dumps({key: bad for key in json.loads(cache.read_text())}))
         K, S = 4, 3
@@ -257,14 +268,11 @@ def test_sessions_starting_at_once_measure_nothing_on_the_server(tiny_target, tm
         errors = run_threads(student, K, timeout=K * S * STEP_TIMEOUT)
         assert answers(app), "the server stopped answering"
         assert not errors, errors
-        deadline = time.monotonic() + 120
         # The sessions asked: measured once quiet. A try that a Step interrupted is not kept and the
         # measurer tries again, so wait for the last line to be a kept one (or the deadline).
-        while not (len(measured()) >= 2 and "quiet: cached" in measured()[-1]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        lines = measured()
-        assert len(lines) >= 2 and all(" in thread eagle2-t(N)-measurer" in ln for ln in lines), lines
-        assert "quiet: cached" in lines[-1], lines
+        lines = settled(len(loading))
+        assert len(lines) > len(loading) and all(" in thread eagle2-t(N)-measurer" in ln for ln in lines), lines
+        assert kept(lines), lines
         assert bad not in json.loads(cache.read_text()).values()
     finally:
         app.stop()
