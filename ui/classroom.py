@@ -134,6 +134,11 @@ class Following:
     prompt: str | None = None       # the presenter's prompt last put in the prompt box
 
 
+def is_code(c: str) -> bool:
+    """Whether `c` has a presentation code's form (CODE_LEN characters of ALPHABET)."""
+    return len(c) == CODE_LEN and all(ch in ALPHABET for ch in c)
+
+
 class Classroom:
     """Every presentation of this server, by code."""
 
@@ -161,7 +166,7 @@ class Classroom:
         c = "".join(str(code or "").split()).upper().removeprefix("?FOLLOW=")
         if not c:
             raise UserError("Type the presenter's code (the 6 letters and digits on the projector), then press Follow.")
-        if len(c) != CODE_LEN or any(ch not in ALPHABET for ch in c):
+        if not is_code(c):
             raise UserError(f"{str(code).strip()[:40]!r} is not a presentation code: a code is {CODE_LEN} letters and "
                             "digits, as shown on the presenter's screen.")
         with self._lock:
@@ -212,7 +217,7 @@ async def mark_route(code: str = "", tab: str = "") -> dict:
     from memory on the server's event loop (a lock held for microseconds), never a Gradio event:
     forty tabs polling cost the presenter's Step next to nothing. A malformed query is OFF."""
     code, tab = str(code)[:16].strip().upper(), str(tab)[:64]
-    if len(code) != CODE_LEN or any(ch not in ALPHABET for ch in code) or not tab:
+    if not is_code(code) or not tab:
         return {"mark": OFF}
     return {"mark": CLASSROOM.mark(Following(code, tab), from_tab=True)}
 

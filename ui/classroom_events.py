@@ -89,7 +89,8 @@ class ClassroomEvents:
         sess = sess or Session()
         if sess.following is None or sess.following.code != pres.code:
             break_away(sess)
-            sess.following = Following(pres.code, **({"id": tab_id(request)} if tab_id(request) else {}))
+            tab = tab_id(request)
+            sess.following = Following(pres.code, tab) if tab else Following(pres.code)
         sess.following.seen = -1
         return {**self._followed(sess, pres, panels), o["follow_timer"]: gr.Timer(active=True)}
 
