@@ -83,7 +83,7 @@ from eagle2.tools.tau import build_parser as tau_parser
 site = Path(sys.argv[1]).resolve()
 train = eagle2_train.train.build_parser().parse_args(["--out", "run"])
 files = [Path(eagle2.__file__), ASSETS, Path(PRESETS["smollm2-135m"].head) / "model.safetensors", nogil.SOURCE,
-         quantized.SOURCE,
+         quantized.SOURCE, *quantized.HEADERS,
          ui.traces.EXAMPLES_FILE, Path(tau_parser().parse_args(["--out", "o"]).prompts), Path(train.heldout),
          *ui.traces.shipped_traces().values(), *map(Path, train.prompts.split(","))]
 outside = [str(f) for f in files if not f.exists() or not f.resolve().is_relative_to(site)]

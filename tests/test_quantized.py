@@ -74,23 +74,98 @@ def test_the_kernels_multiply_by_the_blocks_values(tiny_q4, kind, n):
     assert ((y - ref).norm() / ref.norm()).item() < 0.02  # only the activations' int8 rounding
 
 
-def test_every_instruction_set_gives_the_same_bits(tiny_q4):
+def _isas(lib) -> list[int]:
+    return [i for i in Q.ISAS if lib.qf_supports(i)]
+
+
+def _reference(lib, cmat, x: torch.Tensor, n: int) -> torch.Tensor:
+    y = torch.empty(x.shape[0], n)
+    lib.qf_matmul_ref(ctypes.byref(cmat), x.data_ptr(), x.shape[0], y.data_ptr())
+    return y
+
+
+@pytest.mark.parametrize("n", [40, 61, 200])
+def test_every_instruction_set_equals_the_scalar_reference_bit_for_bit(tiny_q4, n):
+    """Each kernel (forced in turn) against qf_matmul_ref, plain C++: Q4_1 and Q8_0, with a bias, a
+    partial last group, and 1-19 rows (every tile shape and its remainders), at 1 and 2 threads."""
     lib = tiny_q4.target.lib
     best = lib.qf_isa()
-    w = torch.randn(40, 96)
+    g = torch.Generator().manual_seed(n)
+    w = torch.randn(n, 96, generator=g)
     keep: list = []
-    mats = [Q._cmat(Q.quantise_q4_1(w), keep), Q._cmat(Q.quantise_q8_0(w), keep)]
-    x = torch.randn(6, 96) * 3
-    isas = [0] + [i for i in (1, 2) if (i == 1 and _has("avx_vnni")) or (i == 2 and _has("avx512_vnni"))]
+    q4 = Q.quantise_q4_1(w)
+    q4.bias = torch.randn(n, generator=g)
+    mats = [Q._cmat(q4, keep), Q._cmat(Q.quantise_q8_0(w), keep)]
     try:
-        outs = {}
-        for i in isas:
-            lib.qf_set_isa(i)
-            outs[i] = [_matmul(lib, c, x, 40) for c in mats]
+        for rows in (1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 19):
+            x = torch.randn(rows, 96, generator=g) * 3
+            refs = [_reference(lib, c, x, n) for c in mats]
+            for i in _isas(lib):
+                lib.qf_set_isa(i)
+                for threads in (1, 2):
+                    for c, ref in zip(mats, refs):
+                        y = torch.empty(rows, n)
+                        lib.qf_matmul(ctypes.byref(c), x.data_ptr(), rows, y.data_ptr(), threads)
+                        assert torch.equal(y, ref), f"{Q.ISAS[i]}, {rows} rows, {threads} threads"
     finally:
         lib.qf_set_isa(best)
-    for i in isas[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[i])), f"{Q.ISAS[i]} differs from AVX2"
+
+
+def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
+    """The logits of a causal forward of `extra` after `prompt`, for every instruction set and 1 and
+    2 threads."""
+    lib, best, out = target.lib, target.lib.qf_isa(), {}
+    try:
+        for i in _isas(lib):
+            lib.qf_set_isa(i)
+            for threads in (1, 2):
+                with _threads(threads):
+                    c = target.new_cache(len(prompt) + len(extra) + 4)
+                    target.forward_cached(c, torch.tensor(prompt), torch.arange(len(prompt)))
+                    c.advance(len(prompt))
+                    T = len(extra)
+                    _, logits = target.forward_logits(c, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
+                                                      torch.ones(T, T, dtype=torch.bool).tril())
+                    out[(Q.ISAS[i], threads)] = logits
+    finally:
+        lib.qf_set_isa(best)
+    return out
+
+
+class _threads:
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        self.old = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.old)
+
+
+def test_a_forward_is_the_same_bits_on_every_path_and_thread_count_tiny(tiny_q4):
+    """A trace replays token for token on another x86 CPU: the logits do not depend on the
+    instruction set the dot products use nor on the thread count."""
+    outs = _logits_everywhere(tiny_q4.target, [5, 9, 13, 2, 7, 1, 40, 3, 3], [8, 21, 4, 60, 11])
+    first = next(iter(outs.values()))
+    for key, logits in outs.items():
+        assert torch.equal(logits, first), key
+
+
+def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkeypatch):
+    """quantized.py's ctypes mirror against the library's own sizes and offsets: a field out of place
+    is one clear line at load, not a wrong read later."""
+    lib = tiny_q4.target.lib
+    assert Q.layout_problem(lib) is None
+
+    class Shifted(ctypes.Structure):  # one field too many in front: every offset moves
+        _fields_ = [("extra", ctypes.c_int64)] + Q._CMat._fields_
+    monkeypatch.setitem(Q._MIRRORED, "QMat", Shifted)
+    problem = Q.layout_problem(lib)
+    assert problem == "QMat is 32 in the library and 40 in quantized.py"
+    with pytest.raises(RuntimeError, match="does not match quantized.py: QMat"):
+        Q.declare(lib)
 
 
 # ------------------------------------------------------------------ 2. row invariance
@@ -235,6 +310,16 @@ def test_real_model_rows_are_the_same_bits_alone_in_a_batch_and_in_a_tree(real_q
         path = torch.randint(0, 49152, (depth,), generator=g).tolist()
         tree_row, plain_row = _tree_row_against_plain(real_q4.target, prompt, path, [11, 4000, 30000])
         assert torch.equal(tree_row, plain_row), f"depth {depth}"
+
+
+@pytest.mark.slow
+def test_real_model_logits_are_the_same_bits_on_every_path_and_thread_count(real_q4):
+    prompt = real_q4.tokenizer("The capital of France is")["input_ids"]
+    outs = _logits_everywhere(real_q4.target, prompt, [264, 3000, 11, 4000, 30000, 7, 88, 15000])
+    first = next(iter(outs.values()))
+    assert len(outs) >= 2
+    for key, logits in outs.items():
+        assert torch.equal(logits, first), key
 
 
 @pytest.mark.slow

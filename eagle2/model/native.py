@@ -24,16 +24,19 @@ def compiler() -> str:
     return get_cpp_compiler()
 
 
-def library_path(name: str, source: Path, flags: list[str]) -> Path:
-    """Where the library built from `source` with `flags` lives (whether or not it is built yet)."""
+def library_path(name: str, source: Path, flags: list[str], headers: tuple[Path, ...] = ()) -> Path:
+    """Where the library built from `source` (which includes `headers`) with `flags` lives (whether
+    or not it is built yet)."""
     from .weights import cache_dir
-    key = hashlib.sha256(f"{torch.__version__}|{' '.join(flags)}|{source.read_text()}".encode()).hexdigest()[:12]
+    text = "".join(p.read_text() for p in (source, *headers))
+    key = hashlib.sha256(f"{torch.__version__}|{' '.join(flags)}|{text}".encode()).hexdigest()[:12]
     return cache_dir() / "native" / name / key / f"{name}.so"
 
 
-def build_library(name: str, source: Path, flags: list[str], log=None, timeout: float = 600) -> Path | None:
+def build_library(name: str, source: Path, flags: list[str], log=None, timeout: float = 600,
+                  headers: tuple[Path, ...] = ()) -> Path | None:
     """The built library (built now unless it is there), or None with the reason logged."""
-    target = library_path(name, source, flags)
+    target = library_path(name, source, flags, headers)
     if target.exists():
         return target
     try:

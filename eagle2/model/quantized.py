@@ -22,11 +22,12 @@ import torch
 
 from ..errors import UserError
 from . import native
-from .llama import KVCache, LlamaModel
+from .llama import KVCache, LlamaModel, split_masks
 
 QK = 32            # values per block
 Q4_1, Q8_0 = 0, 1  # qforward.cpp's QMat.type
 SOURCE = Path(__file__).with_name("qforward.cpp")
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h"))
 NAME = "eagle2_qforward"
 PRECISION = "q4_1"
 
@@ -56,16 +57,13 @@ def library(log=None) -> ctypes.CDLL | None:
     if problem:
         (log or logging.getLogger(__name__).warning)(f"q4_1 kernels not used: {problem}")
         return None
-    path = native.build_library(NAME, SOURCE, flags(), log)
+    path = native.build_library(NAME, SOURCE, flags(), log, headers=HEADERS)
     if path is None:
         return None
     lib = _lib.get(path)
     if lib is None:
         lib = ctypes.CDLL(str(path))  # ctypes lets go of the GIL for the length of each call
-        lib.qf_forward.restype = ctypes.c_int
-        lib.qf_head3.restype = ctypes.c_int
-        lib.qf_isa.restype = ctypes.c_int
-        lib.qf_supports.restype = ctypes.c_int
+        declare(lib)
         _lib[path] = lib
         _force_kernels(lib, log)
     return lib
@@ -86,6 +84,8 @@ def _force_kernels(lib: ctypes.CDLL, log=None) -> None:
 
 
 ISAS = {0: "AVX2", 1: "AVX-VNNI", 2: "AVX512-VNNI"}
+# What profile splits a forward into: qforward.cpp's Op, in its order.
+OPS = ("qkv", "o", "gate_up", "down", "lm_head", "attention", "quantise", "norm_rope_silu", "wait")
 
 
 def shape_problem(a) -> str | None:
@@ -141,9 +141,9 @@ class QMatrix:
             return torch.cat([q & 15, q >> 4], -1)
         return self.qs.view(N, nb, QK)
 
-    def packed(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(quants, fp16 scales) laid out as qforward.cpp's kernels read them: groups of 16
-        outputs, one output per 32-bit lane (the comment above its kernels says how)."""
+    def packed(self) -> torch.Tensor:
+        """The blocks as qforward.cpp's kernels read them (qblocks.h says how): groups of 16
+        outputs, one output per 32-bit lane, each block's quants and fp16 scales one record."""
         N, nb = self.d.shape
         G = (N + 15) // 16
         pad = G * 16 - N
@@ -156,12 +156,13 @@ class QMatrix:
         if self.kind == Q4_1:
             lo = v[..., :16].view(G, 16, nb, 4, 4)
             hi = v[..., 16:].view(G, 16, nb, 4, 4)
-            qs = (lo | (hi << 4)).permute(0, 2, 3, 1, 4).reshape(G, nb * 256)
+            qs = (lo | (hi << 4)).permute(0, 2, 3, 1, 4).reshape(G, nb, 256)
             scales = torch.cat([d.view(G, 16, nb).transpose(1, 2), m.view(G, 16, nb).transpose(1, 2)], -1)
         else:
-            qs = v.view(G, 16, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(G, nb * 512).view(torch.uint8)
+            qs = v.view(G, 16, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(G, nb, 512).view(torch.uint8)
             scales = d.view(G, 16, nb).transpose(1, 2)
-        return qs.contiguous(), scales.half().contiguous()
+        scales = scales.half().contiguous().view(torch.uint8)  # [G, nb, 2 x 16 or 2 x 32]
+        return torch.cat([qs, scales], -1).contiguous()
 
     def rows(self, order: torch.Tensor) -> "QMatrix":
         return QMatrix(self.kind, self.qs[order].contiguous(), self.d[order].contiguous(),
@@ -207,33 +208,99 @@ def quantise_q8_0(w: torch.Tensor) -> QMatrix:
 
 # ------------------------------------------------------------------ ctypes mirror of qforward.cpp
 
+_i32, _ptr_t = ctypes.c_int32, ctypes.c_void_p
+
 
 class _CMat(ctypes.Structure):
-    _fields_ = [("qs", ctypes.c_void_p), ("d", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p), ("N", ctypes.c_int32), ("K", ctypes.c_int32), ("type", ctypes.c_int32)]
+    _fields_ = [("data", _ptr_t), ("bias", _ptr_t), ("N", _i32), ("K", _i32), ("type", _i32), ("pad_", _i32)]
 
 
 class _CLayer(ctypes.Structure):
-    _fields_ = [("attn_norm", ctypes.c_void_p), ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat),
-                ("ffn_norm", ctypes.c_void_p), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
+    _fields_ = [("attn_norm", _ptr_t), ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat),
+                ("ffn_norm", _ptr_t), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
 
 
 class _CModel(ctypes.Structure):
-    _fields_ = [("D", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32), ("hd", ctypes.c_int32),
-                ("F", ctypes.c_int32), ("L", ctypes.c_int32), ("eps", ctypes.c_float),
-                ("layers", ctypes.POINTER(_CLayer)), ("norm", ctypes.c_void_p), ("lm_head", _CMat)]
+    _fields_ = [("D", _i32), ("H", _i32), ("KV", _i32), ("hd", _i32), ("F", _i32), ("L", _i32),
+                ("eps", ctypes.c_float), ("pad_", _i32), ("layers", ctypes.POINTER(_CLayer)), ("norm", _ptr_t),
+                ("lm_head", _CMat)]
+
+
+class _CHead3(ctypes.Structure):
+    _fields_ = [("D", _i32), ("H", _i32), ("KV", _i32), ("hd", _i32), ("F", _i32), ("norm_before_residual", _i32),
+                ("eps", ctypes.c_float), ("pad_", _i32),
+                ("input_norm", _ptr_t), ("hidden_norm", _ptr_t), ("post_norm", _ptr_t),
+                ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
+
+
+_int, _dbl = ctypes.c_int, ctypes.c_double
+_MAT, _MODEL, _HEAD3 = ctypes.POINTER(_CMat), ctypes.POINTER(_CModel), ctypes.POINTER(_CHead3)
+# Every exported function's arguments and result (pointers to tensors' data as c_void_p).
+SIGNATURES = {
+    "qf_layout": ([], ctypes.c_char_p),
+    "qf_block_bytes": ([_int], _int),
+    "qf_ops": ([], _int),
+    "qf_isa": ([], _int),
+    "qf_supports": ([_int], _int),
+    "qf_set_isa": ([_int], _int),
+    "qf_matmul": ([_MAT, _ptr_t, _int, _ptr_t, _int], None),
+    "qf_matmul_ref": ([_MAT, _ptr_t, _int, _ptr_t], None),
+    "qf_int8_peak": ([_int, _int], _dbl),
+    "qf_read_gbs": ([ctypes.c_int64, _int, _int], _dbl),
+    "qf_forward": ([_MODEL, _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t,
+                    ctypes.POINTER(_ptr_t), _ptr_t, _int, _ptr_t], _int),
+    "qf_head3": ([_HEAD3, _ptr_t, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t, _int],
+                 _int),
+}
+_MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHead3}
+
+
+def layout_problem(lib: ctypes.CDLL) -> str | None:
+    """Where the ctypes mirror above disagrees with the library's structs (qf_layout: sizes and
+    field offsets), or None."""
+    for item in lib.qf_layout().decode().strip(";").split(";"):
+        name, value = item.split("=")
+        struct, _, field = name.partition(".")
+        mirror = _MIRRORED[struct]
+        mine = ctypes.sizeof(mirror) if not field else getattr(mirror, field).offset
+        if mine != int(value):
+            return f"{name} is {value} in the library and {mine} in quantized.py"
+    for kind, size in ((Q4_1, 320), (Q8_0, 544)):
+        if lib.qf_block_bytes(kind) != size:
+            return f"a block of type {kind} is {lib.qf_block_bytes(kind)} bytes in the library, {size} here"
+    return None
+
+
+def declare(lib: ctypes.CDLL) -> None:
+    """Give every exported function its argument and result types, then check the structs'
+    layout; a library that disagrees is refused with one line (RuntimeError)."""
+    for name, (args, result) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, result
+    problem = layout_problem(lib)
+    if problem:
+        raise RuntimeError(f"the q4_1 kernels' library does not match quantized.py: {problem}")
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def _owned(t: torch.Tensor, keep: list) -> int:
+    """A float32 copy of `t` that the kernels read (kept in `keep`): never a pointer into a
+    module's parameter, which a later `.to()` or load would leave dangling."""
+    c = t.detach().float().clone().contiguous()
+    keep.append(c)
+    return c.data_ptr()
+
+
 def _cmat(m: QMatrix, keep: list) -> _CMat:
     """The kernels' view of `m` (its packed copy appended to `keep`, which must outlive it)."""
     N, K = m.shape
-    qs, scales = m.packed()
-    keep += [qs, scales]
-    return _CMat(_ptr(qs), _ptr(scales), _ptr(m.bias), N, K, m.kind)
+    packed = m.packed()
+    keep.append(packed)
+    bias = None if m.bias is None else _owned(m.bias, keep)
+    return _CMat(packed.data_ptr(), bias, N, K, m.kind, 0)
 
 
 MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
@@ -258,12 +325,12 @@ class QuantizedLlama(LlamaModel):
             att = layer.self_attn
             for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
                 blk[name].bias = None if lin.bias is None else lin.bias.detach().float().contiguous()
-            c_layers[i] = _CLayer(_ptr(layer.input_layernorm.weight), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
-                                  _ptr(layer.post_attention_layernorm.weight),
+            c_layers[i] = _CLayer(_owned(layer.input_layernorm.weight, keep), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
+                                  _owned(layer.post_attention_layernorm.weight, keep),
                                   *[_cmat(blk[n], keep) for n in MATRICES[4:]])
         self._c_layers, self._packed = c_layers, keep
         self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
-                                a.norm_eps, c_layers, _ptr(self.norm.weight), _cmat(lm_head, keep))
+                                a.norm_eps, 0, c_layers, _owned(self.norm.weight, keep), _cmat(lm_head, keep))
 
     def weight_bytes(self) -> int:
         """What one forward streams: the blocks as a GGUF holds them and the norms."""
@@ -274,35 +341,50 @@ class QuantizedLlama(LlamaModel):
     def isa(self) -> str:
         return ISAS.get(self.lib.qf_isa(), "?")
 
-    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None):
+    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None,
+             logits: torch.Tensor | None = None):
+        """LlamaModel._run in the kernels; with `logits` [T, vocab], the LM head of every row too,
+        in the same call."""
         if tokens.dim() != 2 or tokens.shape[0] != 1 or past_mask is not None or tokens.device.type != "cpu":
             raise UserError("The q4_1 forward runs one sequence on the CPU; use --dtype float32 for batches.")
         start, T = cache.length, tokens.shape[1]
         x = self.embed_tokens(tokens[0]).float().contiguous()
         cos, sin = (t.contiguous() for t in self.rope_at(positions.view(-1)))
         visible = None if new_mask is None or T == 1 else new_mask.reshape(T, T).to(torch.uint8).contiguous()
-        taps = {}
+        taps, c_aux = {}, None
         if aux is not None:
             taps = {i: torch.empty(T, self.args.dim) for i in self.aux_layers}
-        c_aux = (ctypes.c_void_p * (self.args.n_layers + 1))(*[_ptr(taps.get(i)) for i in range(self.args.n_layers + 1)])
+            c_aux = (ctypes.c_void_p * (self.args.n_layers + 1))(*[_ptr(taps.get(i)) for i in range(self.args.n_layers + 1)])
         pos = positions.view(-1).to(torch.int64).contiguous()
-        rc = self.lib.qf_forward(ctypes.byref(self._c_model), ctypes.c_void_p(x.data_ptr()), T,
-                                 ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()),
-                                 ctypes.c_void_p(cache.k.data_ptr()), ctypes.c_void_p(cache.v.data_ptr()),
-                                 cache.max_len, start, ctypes.c_void_p(pos.data_ptr()),
-                                 ctypes.c_void_p(_ptr(visible)), c_aux if aux is not None else None,
-                                 torch.get_num_threads())
+        rc = self.lib.qf_forward(ctypes.byref(self._c_model), x.data_ptr(), T, cos.data_ptr(), sin.data_ptr(),
+                                 cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(),
+                                 _ptr(visible), c_aux, _ptr(logits), torch.get_num_threads(), None)
         if rc != 0:
             raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
         if aux is not None:
             aux.extend(taps[i][None] for i in self.aux_layers)
         return x[None]
 
+    @torch.no_grad()
+    def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                       tree_mask: torch.Tensor | None = None, clock=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """LlamaModel.forward_logits as one call of the kernels: the forward and every row's logits."""
+        if clock is not None:
+            clock.lap("verify_inputs")
+        start, T = cache.length, tokens.numel()
+        if start + T > cache.max_len:
+            raise RuntimeError("KV cache full")
+        _, new_mask = split_masks(start, start, tree_mask, T, tokens.device)
+        aux = [] if self.aux_layers else None
+        logits = torch.empty(T, self.args.vocab_size)
+        feats = self._run(cache, tokens.view(1, T), positions, None, new_mask, aux, logits)[0]
+        return (feats if aux is None else torch.cat(aux, dim=-1)[0]), logits
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         x = features.float().reshape(-1, self.args.dim).contiguous()
         y = torch.empty(x.shape[0], self.args.vocab_size)
-        self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), ctypes.c_void_p(x.data_ptr()), x.shape[0],
-                           ctypes.c_void_p(y.data_ptr()), torch.get_num_threads())
+        self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), x.data_ptr(), x.shape[0], y.data_ptr(),
+                           torch.get_num_threads())
         return y.reshape(*features.shape[:-1], -1)
 
 
@@ -325,8 +407,7 @@ class KernelWeight:
     def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         x = x.float().contiguous()
         y = torch.empty(x.shape[0], self.n)
-        self.lib.qf_matmul(ctypes.byref(self.cmat), ctypes.c_void_p(x.data_ptr()), x.shape[0],
-                           ctypes.c_void_p(y.data_ptr()), torch.get_num_threads())
+        self.lib.qf_matmul(ctypes.byref(self.cmat), x.data_ptr(), x.shape[0], y.data_ptr(), torch.get_num_threads())
         return y if bias is None else y + bias
 
     @staticmethod
@@ -334,13 +415,6 @@ class KernelWeight:
         if weight.device.type != "cpu" or weight.dim() != 2 or weight.shape[1] % QK:
             return None
         return KernelWeight(weight, lib)
-
-
-class _CHead3(ctypes.Structure):
-    _fields_ = [("D", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32), ("hd", ctypes.c_int32),
-                ("F", ctypes.c_int32), ("norm_before_residual", ctypes.c_int32), ("eps", ctypes.c_float),
-                ("input_norm", ctypes.c_void_p), ("hidden_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
-                ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
 
 
 class Head3Kernels:
@@ -358,9 +432,8 @@ class Head3Kernels:
         mats = [_cmat(quantise_q8_0(lin.weight), self._keep) for lin in
                 (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
         norms = [m.input_layernorm.weight, m.hidden_norm.weight, m.post_attention_layernorm.weight]
-        self._keep += norms
         self.c = _CHead3(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, int(m.norm_before_residual),
-                         a.norm_eps, *[_ptr(w) for w in norms], *mats)
+                         a.norm_eps, 0, *[_owned(w, self._keep) for w in norms], *mats)
 
     @staticmethod
     def fits(head) -> bool:
@@ -376,11 +449,9 @@ class Head3Kernels:
         cos, sin = (t.contiguous() for t in h.rope_at(positions))
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
         g = torch.empty(T, h.args.dim)
-        rc = self.lib.qf_head3(ctypes.byref(self.c), ctypes.c_void_p(emb.data_ptr()), ctypes.c_void_p(hidden.data_ptr()),
-                               ctypes.c_void_p(g.data_ptr()), T, ctypes.c_void_p(cos.data_ptr()),
-                               ctypes.c_void_p(sin.data_ptr()), ctypes.c_void_p(cache.k.data_ptr()),
-                               ctypes.c_void_p(cache.v.data_ptr()), cache.max_len, cache.length, start,
-                               ctypes.c_void_p(_ptr(tree)), torch.get_num_threads())
+        rc = self.lib.qf_head3(ctypes.byref(self.c), emb.data_ptr(), hidden.data_ptr(), g.data_ptr(), T, cos.data_ptr(),
+                               sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, cache.length,
+                               start, _ptr(tree), torch.get_num_threads())
         if rc != 0:
             raise RuntimeError("draft cache full")
         return g, h.draft_logprobs(g)

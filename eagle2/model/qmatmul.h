@@ -1,0 +1,288 @@
+// The integer matmul kernels of the q4_1 forward (included by qforward.cpp), one per instruction
+// set, all computing qblocks.h's sequence exactly (tests/test_quantized.py compares each with the
+// scalar reference, bit for bit).
+//
+// A kernel computes a tile of R rows x C output vectors over the whole K: each weight block is
+// loaded and its nibbles split once for the R rows (the rows of a tree cost integer work, not
+// weight reads), and each row's 4 bytes are broadcast once for the C vectors. The tile's int32
+// sums of a block stay in registers, then its float sequence runs per (row, output):
+//   AVX512-VNNI: 16 outputs a vector, vpdpbusd with the row's bytes broadcast from memory;
+//   AVX-VNNI:    8 outputs a vector, vpdpbusd (VEX);
+//   AVX2:        8 outputs a vector, vpmaddubsw; Q4_1's eight products of a block summed in int16
+//                (at most 8 x 2 x 15 x 127 = 30480), then vpmaddwd to int32.
+// Q8_0's weights are signed: the VNNI kernels multiply (w + 128) as unsigned and subtract 128 x the
+// row's block sum (exact); AVX2 multiplies |w| by the row's bytes carrying w's sign.
+#pragma once
+
+#include "qblocks.h"
+
+#include <atomic>
+
+#define QF_VNNI256 __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define QF_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+namespace qf {
+
+enum Isa { AVX2 = 0, AVXVNNI = 1, AVX512VNNI = 2 };
+
+// ------------------------------------------------------------------ AVX512-VNNI: 16 outputs a vector
+
+// acc += w (u8) . x (s8, 4 bytes broadcast from memory), folded into the instruction
+QF_VNNI512 inline void dot512(__m512i& acc, __m512i w, const int32_t* x) {
+    __asm__("vpdpbusd %1%{1to16%}, %2, %0" : "+v"(acc) : "m"(*x), "v"(w));
+}
+
+template <int R, int C, bool Q4>
+QF_VNNI512 inline void tile512(const QMat& w, int g0, const QRows& x, int r0, float* y, int ldy, bool add) {
+    const int nb = w.K / QK, st = block_bytes(w.type);
+    const size_t gstride = (size_t)nb * st;
+    const uint8_t* base = w.data + (size_t)g0 * gstride;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+        const uint8_t* blk = base + (size_t)b * st;
+        const int32_t* xs = (const int32_t*)x.block(b, r0);  // row r's bytes at xs + 8 r
+        __m512i is[R][C];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+            for (int c = 0; c < C; ++c) is[r][c] = _mm512_setzero_si512();
+        if constexpr (Q4) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                __m512i lo[C], hi[C];
+#pragma GCC unroll 16
+                for (int c = 0; c < C; ++c) {
+                    const __m512i raw = _mm512_loadu_si512(blk + c * gstride + i * 64);
+                    lo[c] = _mm512_and_si512(raw, lo4);
+                    hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+                }
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+                    for (int c = 0; c < C; ++c) {
+                        dot512(is[r][c], lo[c], xs + 8 * r + i);
+                        dot512(is[r][c], hi[c], xs + 8 * r + i + 4);
+                    }
+            }
+        } else {
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                __m512i u[C];
+#pragma GCC unroll 16
+                for (int c = 0; c < C; ++c) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + c * gstride + i * 64), flip);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+                    for (int c = 0; c < C; ++c) dot512(is[r][c], u[c], xs + 8 * r + i);
+            }
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) {
+            const uint16_t* sc = scales_at(w, blk + c * gstride);
+            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)sc));
+            const __m512 wm = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + GROUP))) : wd;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) {
+                const size_t xb = x.at(b, r0 + r);
+                __m512i isum = is[r][c];
+                if constexpr (!Q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * x.sum[xb]));
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, _mm512_set1_ps(x.d[xb])), acc[r][c]);
+                if constexpr (Q4) acc[r][c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[xb]), acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+        const int n0 = (g0 + c) * GROUP;
+        const __mmask16 m = n0 + GROUP <= w.N ? (__mmask16)0xFFFF : (__mmask16)((1u << (w.N - n0)) - 1);
+        const __m512 bias = w.bias && !add ? _mm512_maskz_loadu_ps(m, w.bias + n0) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            float* yr = y + (size_t)(r0 + r) * ldy + n0;
+            const __m512 out = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr), acc[r][c])
+                                   : (w.bias ? _mm512_add_ps(acc[r][c], bias) : acc[r][c]);
+            _mm512_mask_storeu_ps(yr, m, out);
+        }
+    }
+}
+
+// Tiles: up to 8 rows at a time; few rows take several groups at once (fewer row broadcasts a group)
+template <int R, bool Q4>
+QF_VNNI512 void rows512(const QMat& w, int g0, int g1, const QRows& x, int r0, float* y, int ldy, bool add) {
+    constexpr int C = R <= 2 ? 4 : R <= 4 ? 2 : 1;
+    int g = g0;
+    for (; g + C <= g1; g += C) tile512<R, C, Q4>(w, g, x, r0, y, ldy, add);
+    for (; g < g1; ++g) tile512<R, 1, Q4>(w, g, x, r0, y, ldy, add);
+}
+
+template <bool Q4>
+QF_VNNI512 void groups512(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy, bool add) {
+    int r = 0;
+    for (; r + 8 <= x.M; r += 8) rows512<8, Q4>(w, g0, g1, x, r, y, ldy, add);
+    switch (x.M - r) {
+        case 7: rows512<7, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+        case 6: rows512<6, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+        case 5: rows512<5, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+        case 4: rows512<4, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+        case 3: rows512<3, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+        case 2: rows512<2, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+        case 1: rows512<1, Q4>(w, g0, g1, x, r, y, ldy, add); break;
+    }
+}
+
+// ------------------------------------------------------------------ 256-bit: 8 outputs a vector
+// A vector is half a group (unit u: group u / 2, its outputs 8 (u % 2)..+7). With 16 registers the
+// tiles are smaller: up to 4 rows of one unit, or one row of two.
+
+#define QF_TILE256(NAME, ATTR, VNNI)                                                                      \
+    template <int R, int C, bool Q4>                                                                      \
+    ATTR inline void NAME(const QMat& w, int u0, const QRows& x, int r0, float* y, int ldy, bool add) {   \
+        const int nb = w.K / QK, st = block_bytes(w.type);                                                \
+        const size_t gstride = (size_t)nb * st;                                                           \
+        const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);                  \
+        const __m256i ones = _mm256_set1_epi16(1);                                                        \
+        const uint8_t* ub[C];                                                                             \
+        for (int c = 0; c < C; ++c) ub[c] = w.data + (size_t)((u0 + c) / 2) * gstride + ((u0 + c) % 2) * 32; \
+        __m256 acc[R][C];                                                                                 \
+        for (int r = 0; r < R; ++r)                                                                       \
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();                                  \
+        for (int b = 0; b < nb; ++b) {                                                                    \
+            const int32_t* xs = (const int32_t*)x.block(b, r0);                                           \
+            __m256i is[R][C];                                                                             \
+            for (int r = 0; r < R; ++r)                                                                   \
+                for (int c = 0; c < C; ++c) is[r][c] = _mm256_setzero_si256();                            \
+            if constexpr (Q4) {                                                                           \
+                for (int i = 0; i < 4; ++i) {                                                             \
+                    __m256i lo[C], hi[C];                                                                 \
+                    for (int c = 0; c < C; ++c) {                                                         \
+                        const __m256i raw = _mm256_loadu_si256((const __m256i*)(ub[c] + (size_t)b * st + i * 64)); \
+                        lo[c] = _mm256_and_si256(raw, lo4);                                               \
+                        hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);                         \
+                    }                                                                                     \
+                    for (int r = 0; r < R; ++r) {                                                         \
+                        const __m256i xl = _mm256_set1_epi32(xs[8 * r + i]), xh = _mm256_set1_epi32(xs[8 * r + i + 4]); \
+                        for (int c = 0; c < C; ++c) {                                                     \
+                            if constexpr (VNNI) {                                                         \
+                                is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], lo[c], xl);                  \
+                                is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], hi[c], xh);                  \
+                            } else {                                                                      \
+                                is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(lo[c], xl));   \
+                                is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(hi[c], xh));   \
+                            }                                                                             \
+                        }                                                                                 \
+                    }                                                                                     \
+                }                                                                                         \
+                if constexpr (!VNNI)                                                                      \
+                    for (int r = 0; r < R; ++r)                                                           \
+                        for (int c = 0; c < C; ++c) is[r][c] = _mm256_madd_epi16(is[r][c], ones);        \
+            } else {                                                                                      \
+                for (int i = 0; i < 8; ++i) {                                                             \
+                    __m256i wv[C], uv[C];                                                                 \
+                    for (int c = 0; c < C; ++c) {                                                         \
+                        wv[c] = _mm256_loadu_si256((const __m256i*)(ub[c] + (size_t)b * st + i * 64));    \
+                        uv[c] = VNNI ? _mm256_xor_si256(wv[c], flip) : _mm256_sign_epi8(wv[c], wv[c]);    \
+                    }                                                                                     \
+                    for (int r = 0; r < R; ++r) {                                                         \
+                        const __m256i xv = _mm256_set1_epi32(xs[8 * r + i]);                              \
+                        for (int c = 0; c < C; ++c) {                                                     \
+                            if constexpr (VNNI) {                                                         \
+                                is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], uv[c], xv);                  \
+                            } else {                                                                      \
+                                const __m256i p = _mm256_maddubs_epi16(uv[c], _mm256_sign_epi8(xv, wv[c])); \
+                                is[r][c] = _mm256_add_epi32(is[r][c], _mm256_madd_epi16(p, ones));        \
+                            }                                                                             \
+                        }                                                                                 \
+                    }                                                                                     \
+                }                                                                                         \
+            }                                                                                             \
+            for (int c = 0; c < C; ++c) {                                                                 \
+                const uint16_t* sc = scales_at(w, ub[c] - ((u0 + c) % 2) * 32 + (size_t)b * st) + ((u0 + c) % 2) * 8; \
+                const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)sc));                   \
+                const __m256 wm = Q4 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sc + GROUP))) : wd; \
+                for (int r = 0; r < R; ++r) {                                                             \
+                    const size_t xb = x.at(b, r0 + r);                                                    \
+                    __m256i isum = is[r][c];                                                              \
+                    if constexpr (!Q4 && VNNI) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(128 * x.sum[xb])); \
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, _mm256_set1_ps(x.d[xb])), acc[r][c]); \
+                    if constexpr (Q4) acc[r][c] = _mm256_fmadd_ps(wm, _mm256_set1_ps(x.s[xb]), acc[r][c]); \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int c = 0; c < C; ++c) {                                                                     \
+            const int n0 = (u0 + c) * 8, valid = std::min(8, w.N - n0);                                   \
+            for (int r = 0; r < R; ++r) {                                                                 \
+                alignas(32) float out[8];                                                                 \
+                _mm256_store_ps(out, acc[r][c]);                                                          \
+                float* yr = y + (size_t)(r0 + r) * ldy + n0;                                              \
+                for (int k = 0; k < valid; ++k)                                                           \
+                    yr[k] = add ? yr[k] + out[k] : (w.bias ? out[k] + w.bias[n0 + k] : out[k]);           \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    template <int R, bool Q4>                                                                             \
+    ATTR void NAME##_rows(const QMat& w, int u0, int u1, const QRows& x, int r0, float* y, int ldy, bool add) { \
+        constexpr int C = R == 1 ? 2 : 1;                                                                 \
+        int u = u0;                                                                                       \
+        for (; u + C <= u1; u += C) NAME<R, C, Q4>(w, u, x, r0, y, ldy, add);                             \
+        for (; u < u1; ++u) NAME<R, 1, Q4>(w, u, x, r0, y, ldy, add);                                     \
+    }                                                                                                     \
+    template <bool Q4>                                                                                    \
+    ATTR void NAME##_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy, bool add) { \
+        const int u0 = 2 * g0, u1 = std::min(2 * g1, (w.N + 7) / 8);                                     \
+        int r = 0;                                                                                        \
+        for (; r + 4 <= x.M; r += 4) NAME##_rows<4, Q4>(w, u0, u1, x, r, y, ldy, add);                    \
+        switch (x.M - r) {                                                                                \
+            case 3: NAME##_rows<3, Q4>(w, u0, u1, x, r, y, ldy, add); break;                              \
+            case 2: NAME##_rows<2, Q4>(w, u0, u1, x, r, y, ldy, add); break;                              \
+            case 1: NAME##_rows<1, Q4>(w, u0, u1, x, r, y, ldy, add); break;                              \
+        }                                                                                                 \
+    }
+
+QF_TILE256(tile_avx2, QF_AVX2, false)
+QF_TILE256(tile_avxvnni, QF_VNNI256, true)
+
+// ------------------------------------------------------------------ choosing one, once
+
+inline bool cpu_has(int which) {
+    __builtin_cpu_init();
+    switch (which) {
+        case AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        case AVXVNNI: return __builtin_cpu_supports("avxvnni");
+        case AVX512VNNI:
+            return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+    }
+    return false;
+}
+
+inline int best_isa() { return cpu_has(AVX512VNNI) ? AVX512VNNI : cpu_has(AVXVNNI) ? AVXVNNI : AVX2; }
+
+// Set when the library loads, before any thread runs; qf_set_isa changes it between calls (tests,
+// EAGLE2_Q4_KERNELS). Atomic so that a forward reads one value whole.
+inline std::atomic<int>& isa_choice() {
+    static std::atomic<int> choice{best_isa()};
+    return choice;
+}
+
+// y [M, ldy] (+)= x @ w^T for the outputs of groups g0..g1-1, every row of x
+inline void matmul_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy, bool add) {
+    if (g0 >= g1 || x.M == 0) return;
+    const bool q4 = w.type == Q4_1;
+    switch (isa_choice().load(std::memory_order_relaxed)) {
+        case AVX512VNNI:
+            q4 ? groups512<true>(w, g0, g1, x, y, ldy, add) : groups512<false>(w, g0, g1, x, y, ldy, add);
+            break;
+        case AVXVNNI:
+            q4 ? tile_avxvnni_groups<true>(w, g0, g1, x, y, ldy, add) : tile_avxvnni_groups<false>(w, g0, g1, x, y, ldy, add);
+            break;
+        default:
+            q4 ? tile_avx2_groups<true>(w, g0, g1, x, y, ldy, add) : tile_avx2_groups<false>(w, g0, g1, x, y, ldy, add);
+    }
+}
+
+}  // namespace qf
