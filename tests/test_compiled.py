@@ -181,7 +181,7 @@ def test_compiled_head_equals_eager(tiny, compiled_tiny):
         if T > 4:
             assert out is None
             continue
-        g1, logp = out
+        g1, logp, _ = out
         ref = h.forward_cached(c2, *rest[:3], start, tm)
         assert (g1 - ref).abs().max().item() < ATOL and (logp - h.draft_logprobs(ref)).abs().max().item() < ATOL
         assert torch.allclose(c1.k[0, :, :, start:start + T], c2.k[0, :, :, start:start + T], atol=1e-5)

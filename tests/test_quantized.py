@@ -386,18 +386,24 @@ def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target
     assert c_k.k.dtype == torch.float16
     h.compiled = None
     c_e = h.new_cache(32)
-    gk, lk = kern.run_head(c_k, feats, toks, torch.arange(6), 0)
+    gk, lk, (top_v, top_i) = kern.run_head(c_k, feats, toks, torch.arange(6), 0, k=5)
     ge, le = DraftHead.forward_logprobs(h, c_e, feats, toks, torch.arange(6), 0)
     h.compiled = kern
     assert ((gk - ge).norm() / ge.norm()).item() < 0.05
     assert (lk.argmax(-1) == le.argmax(-1)).float().mean().item() >= 0.8
+    # the call's log-softmax and its ranking: torch's over the same logits, ids in the target's vocabulary
+    assert torch.allclose(lk.exp().sum(-1), torch.ones(6), atol=1e-4)
+    assert torch.allclose(lk, torch.log_softmax(lk, -1), atol=1e-5)
+    v, i = lk.topk(5, dim=-1)
+    assert torch.equal(top_v, v) and torch.equal(top_i, h.to_target_ids(i))
     c_k.advance(6)
     c_e.advance(6)
     mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)  # a root-child-sibling tree
     d = h.args.dim
     par = torch.randn(3, d, generator=g)
     tt = torch.randint(1, 97, (3,), generator=g)
-    gk, _ = kern.run_head(c_k, par, tt, torch.tensor([6, 7, 7]), 6, mask)
+    gk, _, no_top = kern.run_head(c_k, par, tt, torch.tensor([6, 7, 7]), 6, mask)
+    assert no_top is None
     h.compiled = None
     ge, _ = DraftHead.forward_logprobs(h, c_e, par, tt, torch.tensor([6, 7, 7]), 6, mask)
     h.compiled = kern

@@ -15,11 +15,16 @@ from ..model.llama import KVCache
 from ..phases import PhaseClock
 from .sampling import SamplingParams
 
+# How many of each drafted node's best children a draft call ranks as it runs (the q4_1 kernels
+# rank them in the same call): a policy asking for more ranks them with torch.
+DRAFT_TOPK = 16
+
 
 class HeadRunner:
     def __init__(self, head: DraftHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
                  sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
-                 root_logp: torch.Tensor | None = None, clock: PhaseClock | None = None):
+                 root_logp: torch.Tensor | None = None, clock: PhaseClock | None = None,
+                 root_top: tuple | None = None):
         self.head = head
         self.clock = clock or PhaseClock()        # the cycle's: each head call is its draft_head phase
         self.sampling = sampling or SamplingParams()
@@ -27,6 +32,8 @@ class HeadRunner:
         self.cache = cache
         self.root_g = root_g                      # [D] predicted feature at the root's position
         self.root_logp = head.draft_logprobs(root_g) if root_logp is None else root_logp  # [V_draft]
+        # (log-probs, their top k ranked with them): what topk answers without ranking again
+        self.ranked = [(self.root_logp, root_top)]
         self.base_pos = base_pos                  # head position of the root's pair
         self.start = cache.length            # first tree slot
         self.used = 0
@@ -57,14 +64,19 @@ class HeadRunner:
         tok = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.tensor([self.base_pos + d for d in depths], dtype=torch.long, device=dev)
         self.clock.lap("draft_tree")              # the tree's work since the last call, these inputs
-        g, logp = self.head.forward_logprobs(self.cache, parent_g, tok, pos, self.start + s0, mask)
+        g, logp, top = self.head.forward_draft(self.cache, parent_g, tok, pos, self.start + s0, mask, DRAFT_TOPK)
+        self.ranked = [self.ranked[0], (logp, top)]
         self.clock.lap("draft_head")
         self.used += k
         self.calls += 1
         return g, logp, list(range(s0, s0 + k))
 
     def topk(self, logp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k over the draft vocabulary, returned as (log-probs, target ids)."""
+        """Top-k over the draft vocabulary, returned as (log-probs, target ids): the ranking the
+        draft call made when `logp` is its output and k is within it."""
         k = min(k, logp.shape[-1])
+        for lp, top in self.ranked:
+            if lp is logp and top is not None and k <= top[0].shape[-1]:
+                return top[0][..., :k], top[1][..., :k]
         v, i = logp.topk(k, dim=-1)
         return v, self.head.to_target_ids(i)

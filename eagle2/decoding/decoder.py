@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..cycle.drafting import HeadRunner
+from ..cycle.drafting import DRAFT_TOPK, HeadRunner
 from ..cycle.layout import VerifyBatch, layout
 from ..cycle.sampling import SamplingParams, choose
 from ..cycle.trace import StepTrace, Trace
@@ -42,10 +42,11 @@ NO_TIME = dict.fromkeys(PHASES, 0.0)   # every phase at 0 s (eagle2/phases.py)
 @dataclass(frozen=True)
 class Reading:
     """The draft head's reading of the context: its predicted feature at the root, the log-probs
-    of the root's children, and the seconds absorbing took (they count as the next cycle's
-    draft_head phase, whenever the absorbing ran)."""
+    of the root's children and their best DRAFT_TOPK ranked, and the seconds absorbing took (they
+    count as the next cycle's draft_head phase, whenever the absorbing ran)."""
     g: torch.Tensor
     logp: torch.Tensor
+    top: tuple | None
     seconds: float
 
 
@@ -168,7 +169,7 @@ class Decoder:
         # 2. Draft a tree under the root: the policy decides its shape.
         hc = s.hcache
         runner = HeadRunner(b.head, hc, s.reading.g, base_pos=hc.length - 1, sampling=self.sampling,
-                            gen=draft_gen, root_logp=s.reading.logp, clock=clock)
+                            gen=draft_gen, root_logp=s.reading.logp, clock=clock, root_top=s.reading.top)
         tree = policy.draft(runner, s.root)
         clock.lap("draft_tree")
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
@@ -211,11 +212,13 @@ class Decoder:
         clock = clock or self._clock()
         feats, toks = s.pending
         hc, n, dev = copy.copy(s.hcache), len(toks), self.b.device
-        g, logp = self.b.head.forward_logprobs(hc, feats, torch.tensor(toks, device=dev),
-                                               torch.arange(hc.length, hc.length + n, device=dev), hc.length)
+        g, logp, top = self.b.head.forward_draft(hc, feats, torch.tensor(toks, device=dev),
+                                                 torch.arange(hc.length, hc.length + n, device=dev), hc.length,
+                                                 k=DRAFT_TOPK)
         hc.advance(n)
         seconds = clock.lap("draft_head")
-        return replace(s, hcache=hc, pending=None, reading=Reading(g[-1], logp[-1], seconds))
+        return replace(s, hcache=hc, pending=None,
+                       reading=Reading(g[-1], logp[-1], (top[0][-1], top[1][-1]), seconds))
 
     def plain_step(self, s: DecodeState) -> tuple[DecodeState, int, PhaseClock]:
         """One target forward on the root: the next token (state, token, the step's clock)."""

@@ -341,9 +341,9 @@ class CompiledTarget:
 
     @torch.no_grad()
     def run_head(self, cache, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, start: int,
-                 tree_mask: torch.Tensor | None):
+                 tree_mask: torch.Tensor | None, k: int = 0):
         """The draft head (its forward_cached + draft_logprobs): (g [T, D], log-probs
-        [T, V_draft]), K/V written at cache slots start.. ."""
+        [T, V_draft], None: DraftHead.forward_draft ranks them), K/V written at cache slots start.. ."""
         hs = self.head_set
         T = tokens.numel()
         B = hs.bucket(T) if hs is not None else None
@@ -364,7 +364,7 @@ class CompiledTarget:
                                               cache.v[0], past.contiguous(), new.contiguous())
         cache.k[0, :, :, start:start + T] = new_k[:, :, :T]
         cache.v[0, :, :, start:start + T] = new_v[:, :, :T]
-        return g[:T], logp[:T]
+        return g[:T], logp[:T], None
 
 
 def compilable_head(bundle):

@@ -79,14 +79,27 @@ class DraftHead(nn.Module):
 
     def forward_logprobs(self, cache: KVCache, features, tokens, positions, start: int,
                          tree_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward_cached, then draft_logprobs of every row: (g [T, D], log-probs [T, V_draft]).
-        Through the compiled packages when attached and one fits T (compiled.py), else eager."""
+        """forward_cached, then draft_logprobs of every row: (g [T, D], log-probs [T, V_draft])."""
+        g, logp, _ = self.forward_draft(cache, features, tokens, positions, start, tree_mask)
+        return g, logp
+
+    def forward_draft(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None,
+                      k: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+        """forward_logprobs, and with k > 0 each row's k most likely draft tokens: (g [T, D],
+        log-probs [T, V_draft], (their log-probs [T, k'], target ids [T, k']) or None), k' =
+        min(k, V_draft), best first. Through the compiled packages or the q4_1 kernels when
+        attached and they serve T (compiled.py, quantized.Head3Kernels), else eager."""
+        out = None
         if self.compiled is not None:
-            out = self.compiled.run_head(cache, features, tokens, positions, start, tree_mask)
-            if out is not None:
-                return out
-        g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
-        return g, self.draft_logprobs(g)
+            out = self.compiled.run_head(cache, features, tokens, positions, start, tree_mask, k)
+        if out is None:
+            g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
+            out = (g, self.draft_logprobs(g), None)
+        g, logp, top = out
+        if k and top is None:
+            v, i = logp.topk(min(k, logp.shape[-1]), dim=-1)
+            top = (v, self.to_target_ids(i))
+        return g, logp, top
 
     @torch.no_grad()
     def forward_cached(self, cache: KVCache, features, tokens, positions, start: int,

@@ -84,6 +84,45 @@ QF_AVX2 inline void to_half(const float* x, uint16_t* y, int n) {
 }
 
 
+// x <- log(softmax(x)) over n values: the max, the exponentials summed 8 lanes at a time in
+// order (a fixed horizontal sum), then x - (max + log(sum)).
+QF_AVX2 inline void log_softmax_row(float* x, int n) {
+    float top = -INFINITY;
+    for (int j = 0; j < n; ++j) top = std::max(top, x[j]);
+    const __m256 vtop = _mm256_set1_ps(top);
+    __m256 tot = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) tot = _mm256_add_ps(tot, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vtop)));
+    float sum = hsum(tot);
+    for (; j < n; ++j) {
+        alignas(32) float one[8];
+        _mm256_store_ps(one, exp8(_mm256_set1_ps(x[j] - top)));
+        sum += one[0];
+    }
+    const float lse = top + std::log(sum);
+    for (j = 0; j < n; ++j) x[j] = x[j] - lse;
+}
+
+// The k largest of x[0..n-1] in order (ties: the lower index first), their indices mapped through
+// ids when given.
+inline void top_k_row(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out) {
+    int have = 0;
+    int32_t idx[1024];
+    if (k > 1024) k = 1024;
+    for (int j = 0; j < n; ++j) {
+        if (have == k && !(x[j] > vals[k - 1])) continue;  // an equal value later loses to the earlier
+        int p = have < k ? have++ : k - 1;
+        while (p > 0 && x[j] > vals[p - 1]) {
+            vals[p] = vals[p - 1];
+            idx[p] = idx[p - 1];
+            --p;
+        }
+        vals[p] = x[j];
+        idx[p] = j;
+    }
+    for (int i = 0; i < have; ++i) out[i] = ids ? ids[idx[i]] : idx[i];
+}
+
 // Attention of several query heads that share a kv head. Each query sees the first `shared` keys
 // of the cache (the committed ones: slots 0..shared-1), then its own (its ancestors in a tree and
 // itself). The shared keys and values are read and converted from fp16 once for all the queries, a

@@ -52,6 +52,16 @@ struct QHead3 {  // the EAGLE-3 draft head's layer (Q8_0 matrices, q/k/v reading
     QMat q, k, v, o, gate, up, down;
 };
 
+struct QDraft {  // the EAGLE-3 draft head as one draft step runs it
+    QHead3 layer;
+    QMat fc;               // [D, width]: the target's states side by side to D (data null: none)
+    const float* embed;    // [vocab, D] the token embedding
+    const float* norm;     // [D] the final norm
+    QMat lm;               // [V_draft, D] the draft vocabulary's LM head
+    const int64_t* ids;    // [V_draft] each draft index's target id, or null (the same)
+    int32_t vocab, pad_;
+};
+
 }  // extern "C"
 
 namespace {
@@ -123,6 +133,13 @@ void matmul_shared(Team& tm, const QMat* const* ws, float* const* ys, int count,
         const int G = groups_of(*ws[i]);
         matmul_groups(*ws[i], std::max(lo - first, 0), std::min(hi - first, G), x, ys[i], ws[i]->N, false);
     }
+}
+
+// One matrix, this thread's share of its outputs: y (+)= x @ w^T.
+void matmul_share(Team& tm, const QMat& w, const QRows& x, float* y, bool add) {
+    int lo, hi;
+    tm.share(groups_of(w), 1, lo, hi);
+    matmul_groups(w, lo, hi, x, y, w.N, add);
 }
 
 // Each row's visible cache slots in order of position: the `committed` ones, then its visible
@@ -221,10 +238,9 @@ struct Mlp {  // what the rest of a layer reads
 
 // x += o_proj(att); x += down(silu(gate(n)) * up(n)) with n = norm(x): the rest of a layer.
 void mlp_block(Team& tm, const Mlp& m, Buffers& b, float* x, int T, int D, int F, float eps) {
-    int lo, hi;
-    tm.share(groups_of(*m.o), 1, lo, hi);
-    matmul_groups(*m.o, lo, hi, b.att_q, x, D, true);
+    matmul_share(tm, *m.o, b.att_q, x, true);
     tm.sync(OP_O);
+    int lo, hi;
     tm.share(T, 1, lo, hi);
     for (int t = lo; t < hi; ++t) {
         rmsnorm_row(x + (size_t)t * D, m.norm, b.h.data() + (size_t)t * D, D, eps);
@@ -245,8 +261,7 @@ void mlp_block(Team& tm, const Mlp& m, Buffers& b, float* x, int T, int D, int F
         tm.clock.lap(OP_QUANTISE);
     }
     tm.sync(OP_QUANTISE);
-    tm.share(groups_of(*m.down), 1, lo, hi);
-    matmul_groups(*m.down, lo, hi, b.mid_q, x, D, true);
+    matmul_share(tm, *m.down, b.mid_q, x, true);
     tm.sync(OP_DOWN);
 }
 
@@ -281,6 +296,12 @@ const char* qf_layout() {
         add("QHead3.input_norm", offsetof(QHead3, input_norm));
         add("QHead3.q", offsetof(QHead3, q));
         add("QHead3.down", offsetof(QHead3, down));
+        add("QDraft", sizeof(QDraft));
+        add("QDraft.fc", offsetof(QDraft, fc));
+        add("QDraft.embed", offsetof(QDraft, embed));
+        add("QDraft.lm", offsetof(QDraft, lm));
+        add("QDraft.ids", offsetof(QDraft, ids));
+        add("QDraft.vocab", offsetof(QDraft, vocab));
         return o;
     }();
     return s.c_str();
@@ -307,9 +328,7 @@ void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         Team tm{omp_get_thread_num(), omp_get_num_threads(), Clock(nullptr), {}};
-        int lo, hi;
-        tm.share(groups_of(*w), 1, lo, hi);
-        matmul_groups(*w, lo, hi, xq, y, w->N, false);
+        matmul_share(tm, *w, xq, y, false);
     }
 }
 
@@ -322,8 +341,9 @@ void qf_matmul_ref(const QMat* w, const float* x, int M, float* y) {
 }
 
 // This machine, measured (profile's roofline): int8 GMAC/s of one instruction set's inner step (0
-// where the CPU lacks it), and GB/s read from a buffer of `bytes`.
+// where the CPU lacks it), fp32 multiply-adds a second (G/s), and GB/s read from a buffer of `bytes`.
 double qf_int8_peak(int which, int threads) { return int8_peak_gmacs(which, threads); }
+double qf_fma_peak(int threads) { return fma_peak_gflops(threads); }
 double qf_read_gbs(int64_t bytes, int threads, int repeats) { return read_gbs((size_t)bytes, threads, repeats); }
 
 // The target's forward for T new tokens written at cache slots start..start+T-1.
@@ -380,28 +400,37 @@ int qf_forward(const QModel* md, float* x, int T, const float* cos, const float*
         }
         if (logits) {
             tm.sync(OP_QUANTISE);
-            const QMat& lm = md->lm_head;
-            tm.share(groups_of(lm), 1, lo, hi);
-            matmul_groups(lm, lo, hi, b.mlp_in, logits, lm.N, false);
+            matmul_share(tm, md->lm_head, b.mlp_in, logits, false);
             tm.clock.lap(OP_LM_HEAD);
         }
     }
     return 0;
 }
 
-// The EAGLE-3 draft head's layer (head3.Eagle3Layer) for T pairs written at its cache slots
-// start..start+T-1: attention over [input_norm(emb); hidden_norm(hidden)], the residual stream the
-// hidden state (normed first with norm_before_residual), then the MLP. Its drafts need no
-// exactness; this saves the ~60 small torch calls a draft call otherwise makes.
-//   emb, hidden [T, D] in; g [T, D] out (the layer's output, before the head's final norm).
-//   kc, vc: its cache [KV, cap, hd] in fp16. Slots before `committed` are visible to every row;
-//   slots committed..start+T-1 follow tree [T, start + T - committed] (null: causal, start ==
+// One draft step of the EAGLE-3 head (head3.Eagle3Head) for T pairs written at its cache slots
+// start..start+T-1, in one call: the hidden input (fc of the target's states side by side, or a
+// fed-back output as it is), the layer (attention over [input_norm(embed(token));
+// hidden_norm(hidden)], the residual stream the hidden state, normed first with
+// norm_before_residual, then the MLP), the final norm, the draft LM head, log-softmax and each
+// row's top k. Drafts need no exactness: this saves the torch calls a draft step otherwise makes.
+//   tokens [T] target ids (< vocab); features [T, width], width = D or fc's input.
+//   kc, vc: the head's cache [KV, cap, hd] in fp16. Slots before `committed` are visible to every
+//   row; slots committed..start+T-1 follow tree [T, start + T - committed] (null: causal, start ==
 //   committed).
-int qf_head3(const QHead3* m, const float* emb, const float* hidden, float* g, int T, const float* cos,
-             const float* sin, uint16_t* kc, uint16_t* vc, int cap, int committed, int start,
-             const uint8_t* tree, int threads) {
-    const int D = m->D, H = m->H, KV = m->KV, hd = m->hd, F = m->F;
+//   g [T, D] out: the layer's output (before the final norm), what children feed back.
+//   logp [T, V_draft] out: log-probabilities; top_vals, top_ids [T, k] out (k may be 0): the k best
+//   in order, ties to the lower index, ids as target ids.
+// Returns 0; -1 when the slots exceed the cache, -2 for a token or width it cannot take.
+int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int width, int T, const float* cos,
+             const float* sin, uint16_t* kc, uint16_t* vc, int cap, int committed, int start, const uint8_t* tree,
+             float* g, float* logp, int k, float* top_vals, int64_t* top_ids, int threads) {
+    const QHead3& ly = m->layer;
+    const int D = ly.D, H = ly.H, KV = ly.KV, hd = ly.hd, F = ly.F, V = m->lm.N;
     if (committed < 0 || start < committed || T < 1 || start + T > cap) return -1;
+    const bool fc = width != D;
+    if ((fc && (!m->fc.data || m->fc.K != width)) || k < 0 || k > V) return -2;
+    for (int t = 0; t < T; ++t)
+        if (tokens[t] < 0 || tokens[t] >= m->vocab) return -2;
     const int W = start + T - committed;
     std::vector<int> order(W);
     for (int j = 0; j < W; ++j) order[j] = j;
@@ -410,25 +439,46 @@ int qf_head3(const QHead3* m, const float* emb, const float* hidden, float* g, i
     size_t longest = 0;
     for (const auto& r : slots) longest = std::max(longest, r.size());
     Buffers b(T, 2 * D, D, H, KV, hd, F);
-    std::vector<float> hn((size_t)T * D);
+    std::vector<float> hidden(fc ? (size_t)T * D : 0), hn((size_t)T * D);
+    const float* hid = fc ? hidden.data() : features;
+    QRows fc_in;
+    if (fc) fc_in.resize(T, width);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         Team tm{omp_get_thread_num(), omp_get_num_threads(), Clock(nullptr), {}};
         int lo, hi;
         tm.share(T, 1, lo, hi);
+        if (fc) {
+            for (int t = lo; t < hi; ++t) quantise_row(features + (size_t)t * width, width, t, fc_in);
+            tm.sync(OP_QUANTISE);
+            matmul_share(tm, m->fc, fc_in, hidden.data(), false);
+            tm.sync(OP_QKV);
+        }
         for (int t = lo; t < hi; ++t) {  // h: [T, 2D] = [input_norm(emb) | hidden_norm(hidden)]
             float* ht = b.h.data() + (size_t)t * 2 * D;
-            rmsnorm_row(emb + (size_t)t * D, m->input_norm, ht, D, m->eps);
-            rmsnorm_row(hidden + (size_t)t * D, m->hidden_norm, hn.data() + (size_t)t * D, D, m->eps);
+            rmsnorm_row(m->embed + (size_t)tokens[t] * D, ly.input_norm, ht, D, ly.eps);
+            rmsnorm_row(hid + (size_t)t * D, ly.hidden_norm, hn.data() + (size_t)t * D, D, ly.eps);
             std::memcpy(ht + D, hn.data() + (size_t)t * D, sizeof(float) * D);
             quantise_row(ht, 2 * D, t, b.attn_in);
-            std::memcpy(g + (size_t)t * D, m->norm_before_residual ? hn.data() + (size_t)t * D : hidden + (size_t)t * D,
+            std::memcpy(g + (size_t)t * D, ly.norm_before_residual ? hn.data() + (size_t)t * D : hid + (size_t)t * D,
                         sizeof(float) * D);
         }
         tm.sync(OP_QUANTISE);
-        attention_block(tm, Attention{&m->q, &m->k, &m->v, kc, vc}, b, T, H, KV, hd, cos, sin, cap, start, committed,
+        attention_block(tm, Attention{&ly.q, &ly.k, &ly.v, kc, vc}, b, T, H, KV, hd, cos, sin, cap, start, committed,
                         slots, longest);
-        mlp_block(tm, Mlp{&m->o, &m->gate, &m->up, &m->down, m->post_norm}, b, g, T, D, F, m->eps);
+        mlp_block(tm, Mlp{&ly.o, &ly.gate, &ly.up, &ly.down, ly.post_norm}, b, g, T, D, F, ly.eps);
+        for (int t = lo; t < hi; ++t) {
+            rmsnorm_row(g + (size_t)t * D, m->norm, b.h.data() + (size_t)t * D, D, ly.eps);
+            quantise_row(b.h.data() + (size_t)t * D, D, t, b.mlp_in);
+        }
+        tm.sync(OP_QUANTISE);
+        matmul_share(tm, m->lm, b.mlp_in, logp, false);
+        tm.sync(OP_LM_HEAD);
+        for (int t = lo; t < hi; ++t) {
+            float* row = logp + (size_t)t * V;
+            log_softmax_row(row, V);
+            if (k) top_k_row(row, V, k, m->ids, top_vals + (size_t)t * k, top_ids + (size_t)t * k);
+        }
     }
     return 0;
 }

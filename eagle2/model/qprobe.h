@@ -52,6 +52,20 @@ QF_VNNI512 inline int64_t chains512(int64_t steps) {
 QF_CHAINS256(chains_avxvnni, QF_VNNI256, _mm256_dpbusd_avx_epi32(s[i], a, b[i]))
 QF_CHAINS256(chains_avx2, QF_AVX2, _mm256_add_epi16(s[i], _mm256_maddubs_epi16(a, b[i])))
 
+// fp32 fused multiply-adds (AVX2, 8 lanes): attention's arithmetic; 10 chains.
+QF_AVX2 inline int64_t chains_fma(int64_t steps) {
+    __m256 a = _mm256_set1_ps(1.0001f), s[10];
+    for (int i = 0; i < 10; ++i) s[i] = _mm256_set1_ps((float)i);
+    for (int64_t it = 0; it < steps; ++it) {
+#pragma GCC unroll 10
+        for (int i = 0; i < 10; ++i) s[i] = _mm256_fmadd_ps(a, s[i], a);
+        __asm__ volatile("" : "+x"(a));
+    }
+    __m256 t = s[0];
+    for (int i = 1; i < 10; ++i) t = _mm256_add_ps(t, s[i]);
+    return (int64_t)_mm256_cvtss_f32(t);
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -75,6 +89,22 @@ inline double int8_peak_gmacs(int which, int threads) {
         const double s = seconds_since(t0);
         if (sink == 42) best += 0;  // keeps the sums alive
         best = std::max(best, macs * threads / s / 1e9);
+    }
+    return best;
+}
+
+// fp32 multiply-adds per second (G/s) of the AVX2 FMA on `threads` threads, the best of 3 runs.
+inline double fma_peak_gflops(int threads) {
+    const int64_t steps = 4000000;
+    double best = 0.0;
+    for (int rep = 0; rep < 3; ++rep) {
+        int64_t sink = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+        sink += chains_fma(steps);
+        const double s = seconds_since(t0);
+        if (sink == 42) best += 0;
+        best = std::max(best, 10.0 * 8 * steps * threads / s / 1e9);
     }
     return best;
 }

@@ -233,8 +233,13 @@ class _CHead3(ctypes.Structure):
                 ("q", _CMat), ("k", _CMat), ("v", _CMat), ("o", _CMat), ("gate", _CMat), ("up", _CMat), ("down", _CMat)]
 
 
+class _CDraft(ctypes.Structure):
+    _fields_ = [("layer", _CHead3), ("fc", _CMat), ("embed", _ptr_t), ("norm", _ptr_t), ("lm", _CMat), ("ids", _ptr_t),
+                ("vocab", _i32), ("pad_", _i32)]
+
+
 _int, _dbl = ctypes.c_int, ctypes.c_double
-_MAT, _MODEL, _HEAD3 = ctypes.POINTER(_CMat), ctypes.POINTER(_CModel), ctypes.POINTER(_CHead3)
+_MAT, _MODEL, _DRAFT = ctypes.POINTER(_CMat), ctypes.POINTER(_CModel), ctypes.POINTER(_CDraft)
 # Every exported function's arguments and result (pointers to tensors' data as c_void_p).
 SIGNATURES = {
     "qf_layout": ([], ctypes.c_char_p),
@@ -246,13 +251,14 @@ SIGNATURES = {
     "qf_matmul": ([_MAT, _ptr_t, _int, _ptr_t, _int], None),
     "qf_matmul_ref": ([_MAT, _ptr_t, _int, _ptr_t], None),
     "qf_int8_peak": ([_int, _int], _dbl),
+    "qf_fma_peak": ([_int], _dbl),
     "qf_read_gbs": ([ctypes.c_int64, _int, _int], _dbl),
     "qf_forward": ([_MODEL, _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t,
                     ctypes.POINTER(_ptr_t), _ptr_t, _int, _ptr_t], _int),
-    "qf_head3": ([_HEAD3, _ptr_t, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t, _int],
-                 _int),
+    "qf_draft": ([_DRAFT, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t,
+                  _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int], _int),
 }
-_MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHead3}
+_MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHead3, "QDraft": _CDraft}
 
 
 def layout_problem(lib: ctypes.CDLL) -> str | None:
@@ -342,9 +348,10 @@ class QuantizedLlama(LlamaModel):
         return ISAS.get(self.lib.qf_isa(), "?")
 
     def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None,
-             logits: torch.Tensor | None = None):
+             logits: torch.Tensor | None = None, prof: torch.Tensor | None = None):
         """LlamaModel._run in the kernels; with `logits` [T, vocab], the LM head of every row too,
-        in the same call."""
+        in the same call; with `prof` [threads, len(OPS)] (float64), each thread's seconds per op
+        added to it."""
         if tokens.dim() != 2 or tokens.shape[0] != 1 or past_mask is not None or tokens.device.type != "cpu":
             raise UserError("The q4_1 forward runs one sequence on the CPU; use --dtype float32 for batches.")
         start, T = cache.length, tokens.shape[1]
@@ -358,7 +365,7 @@ class QuantizedLlama(LlamaModel):
         pos = positions.view(-1).to(torch.int64).contiguous()
         rc = self.lib.qf_forward(ctypes.byref(self._c_model), x.data_ptr(), T, cos.data_ptr(), sin.data_ptr(),
                                  cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(),
-                                 _ptr(visible), c_aux, _ptr(logits), torch.get_num_threads(), None)
+                                 _ptr(visible), c_aux, _ptr(logits), torch.get_num_threads(), _ptr(prof))
         if rc != 0:
             raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
         if aux is not None:
@@ -367,8 +374,10 @@ class QuantizedLlama(LlamaModel):
 
     @torch.no_grad()
     def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                       tree_mask: torch.Tensor | None = None, clock=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """LlamaModel.forward_logits as one call of the kernels: the forward and every row's logits."""
+                       tree_mask: torch.Tensor | None = None, clock=None,
+                       prof: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """LlamaModel.forward_logits as one call of the kernels: the forward and every row's logits
+        (`prof`: see _run)."""
         if clock is not None:
             clock.lap("verify_inputs")
         start, T = cache.length, tokens.numel()
@@ -377,7 +386,7 @@ class QuantizedLlama(LlamaModel):
         _, new_mask = split_masks(start, start, tree_mask, T, tokens.device)
         aux = [] if self.aux_layers else None
         logits = torch.empty(T, self.args.vocab_size)
-        feats = self._run(cache, tokens.view(1, T), positions, None, new_mask, aux, logits)[0]
+        feats = self._run(cache, tokens.view(1, T), positions, None, new_mask, aux, logits, prof)[0]
         return (feats if aux is None else torch.cat(aux, dim=-1)[0]), logits
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -418,10 +427,11 @@ class KernelWeight:
 
 
 class Head3Kernels:
-    """An EAGLE-3 head's layer in qforward.cpp (`qf_head3`), its matrices in Q8_0: one call a
-    draft step instead of some sixty small torch operations. Plugged in where a compiled head
-    goes (`head.compiled`, whose `run_head` DraftHead.forward_logprobs calls); its cache is fp16
-    (`cache_dtype`, which DraftHead.new_cache reads), like the target's."""
+    """An EAGLE-3 head's draft step in qforward.cpp (`qf_draft`), its matrices in Q8_0: one call
+    (fc, the layer, the final norm, the draft LM head, log-softmax and each row's top k) instead
+    of some sixty small torch operations. Plugged in where a compiled head goes (`head.compiled`,
+    whose `run_head` DraftHead.forward_draft calls); its cache is fp16 (`cache_dtype`, which
+    DraftHead.new_cache reads), like the target's."""
 
     cache_dtype = torch.float16
 
@@ -432,29 +442,46 @@ class Head3Kernels:
         mats = [_cmat(quantise_q8_0(lin.weight), self._keep) for lin in
                 (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
         norms = [m.input_layernorm.weight, m.hidden_norm.weight, m.post_attention_layernorm.weight]
-        self.c = _CHead3(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, int(m.norm_before_residual),
-                         a.norm_eps, 0, *[_owned(w, self._keep) for w in norms], *mats)
+        layer = _CHead3(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, int(m.norm_before_residual),
+                        a.norm_eps, 0, *[_owned(w, self._keep) for w in norms], *mats)
+        fc = quantise_q8_0(head.fc.weight)
+        fc.bias = head.fc.bias
+        embed = head.embed_tokens.weight.detach().float().contiguous()
+        self._keep.append(embed)  # the table the kernels gather from (the target's, not copied when fp32)
+        ids = None if head.draft_ids is None else head.draft_ids.to(torch.int64).clone().contiguous()
+        self._keep.append(ids)
+        self.vocab = head.lm_weight.shape[0]
+        self.c = _CDraft(layer, _cmat(fc, self._keep), embed.data_ptr(), _owned(head.norm.weight, self._keep),
+                         _cmat(quantise_q8_0(head.lm_weight), self._keep), _ptr(ids), a.vocab_size, 0)
 
     @staticmethod
     def fits(head) -> bool:
-        return getattr(head, "midlayer", None) is not None and not head.args.qkv_bias and shape_problem(head.args) is None
+        return (getattr(head, "midlayer", None) is not None and not head.args.qkv_bias
+                and shape_problem(head.args) is None and head.fc.weight.shape[1] % QK == 0)
 
-    def run_head(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None):
-        """DraftHead.forward_logprobs's contract: (g [T, D], log-probs [T, V_draft])."""
+    def run_head(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None, k: int = 0):
+        """DraftHead.forward_draft's contract: (g [T, D], log-probs [T, V_draft], and with k > 0
+        each row's k best (log-probs, target ids) [T, k], else None)."""
         h, T = self.head, tokens.numel()
         if start + T > cache.max_len:
             raise RuntimeError("draft cache full")
-        emb = h.embed_tokens(tokens).float().contiguous()
-        hidden = h.hidden_input(features).float().contiguous()
+        feats = features.float().contiguous()
+        toks = tokens.to(torch.int64).contiguous()
         cos, sin = (t.contiguous() for t in h.rope_at(positions))
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
-        g = torch.empty(T, h.args.dim)
-        rc = self.lib.qf_head3(ctypes.byref(self.c), emb.data_ptr(), hidden.data_ptr(), g.data_ptr(), T, cos.data_ptr(),
-                               sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, cache.length,
-                               start, _ptr(tree), torch.get_num_threads())
-        if rc != 0:
+        k = min(k, self.vocab)
+        g, logp = torch.empty(T, h.args.dim), torch.empty(T, self.vocab)
+        top = (torch.empty(T, k), torch.empty(T, k, dtype=torch.int64)) if k else None
+        rc = self.lib.qf_draft(ctypes.byref(self.c), toks.data_ptr(), feats.data_ptr(), feats.shape[-1], T,
+                               cos.data_ptr(), sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len,
+                               cache.length, start, _ptr(tree), g.data_ptr(), logp.data_ptr(), k,
+                               _ptr(top[0]) if top else None, _ptr(top[1]) if top else None, torch.get_num_threads())
+        if rc == -1:
             raise RuntimeError("draft cache full")
-        return g, h.draft_logprobs(g)
+        if rc != 0:
+            raise UserError("The draft head was given a token outside its vocabulary or features of a width it "
+                            "does not read.")
+        return g, logp, top
 
 
 def kernel_head(head, lib: ctypes.CDLL) -> None:

@@ -5,6 +5,8 @@ stream its weights), the one-token target forward against its floor (weight byte
 bandwidth), verification cost t(N) relative to one token, a draft-head call on k nodes, and with
 the compiled forward attached, t(N) and the draft call eager vs compiled, interleaved, and each
 tree size timed eager and through every bucket that holds it, with the option the engine chose.
+On the q4_1 forward, one forward at each of T = 1, 2, 4, 8, 16 rows split op by op, each op beside
+its memory and compute bounds on this machine (model/roofline.py).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import torch
 from ..model import routes
 from ..model.llama import Linear
 from ..model.loading import load_bundle
+from ..model.quantized import QuantizedLlama
+from ..model.roofline import format_roofline, roofline
 from ..model.timing import (interleaved_medians, measure_verify_times, prefilled_cache, streamed_bytes,
                             time_forwards, timer)
 from .flags import add_compile_args, add_model_args, apply_compile, apply_threads, costs_first
@@ -171,6 +175,9 @@ def main(argv=None) -> int:
     ap.add_argument("--phase-prompts", default=str(HELDOUT), help="prompts decoded for the per-phase split")
     ap.add_argument("--phase-limit", type=int, default=4, help="how many of them (0: no phase split)")
     ap.add_argument("--phase-tokens", type=int, default=64, help="new tokens per prompt for the phase split")
+    ap.add_argument("--roofline-rows", default="1,2,4,8,16",
+                    help="q4_1: the row counts T whose forward is split op by op against its bounds (empty: none)")
+    ap.add_argument("--roofline-context", type=int, default=200, help="q4_1: committed tokens before those rows")
     add_compile_args(ap)
     a = ap.parse_args(argv)
     apply_threads(a)
@@ -205,9 +212,14 @@ def main(argv=None) -> int:
                 "target_s": routes.time_target(ct), "target_chosen": dict(ct.target.routes),
                 **({"head_s": routes.time_head(ct), "head_chosen": dict(ct.head_set.routes)}
                    if ct.head_set is not None else {})}
+    rows = tuple(int(n) for n in a.roofline_rows.split(",") if n.strip())
+    if rows and isinstance(b.target, QuantizedLlama):
+        res["roofline"] = roofline(b.target, rows, a.roofline_context)
     if a.phase_limit > 0:
         res["cycle_phases"] = cycle_phases(b, Path(a.phase_prompts), a.phase_limit, a.phase_tokens)
     print(json.dumps(res, indent=2))
+    if "roofline" in res:
+        print(format_roofline(res["roofline"]), file=sys.stderr)
     if "cycle_phases" in res:
         print_phases(res["cycle_phases"])
     if a.out:
