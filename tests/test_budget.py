@@ -1,9 +1,9 @@
 """The hardware-aware budget (eagle2/policies/auto.py, docs/algorithms.md §9).
 
 1. best_rate picks the N that maximises (1 + sum of the N-1 best values) / (spent + t(N)).
-2. Adaptive depth follows the costs: when verification dwarfs a draft call it drafts every
-   level; when a draft call costs far more than verification it makes no calls after the
-   first (measuring) cycle.
+2. Adaptive depth and width follow the costs: when verification dwarfs a draft call it drafts
+   every level at the whole beam's width; when a draft call costs far more than verification it
+   makes no calls, from the first cycle on (no cycle explores the whole tree).
 3. Lossless: greedy output equals plain greedy on the real model, and under sampling the first
    three tokens follow the target's exact distribution (chi-square, as tests/test_lossless.py).
 4. No Step measures t(N): a budget starts from the best table known (an estimate when the cache
@@ -60,16 +60,16 @@ def test_adaptive_depth_follows_costs(tiny_target):
         dec.start(input_ids=SPROMPT)
         dec.generate()
     assert set(slow_verify.stats["levels"]) == {"3"}   # every level of depth 3, every cycle
-    levels = cheap_verify.stats["levels"]             # the first cycle measures, then no calls
-    assert levels.get("3", 0) == 1 and levels.get("0", 0) == cheap_verify.stats["cycles"] - 1
+    assert set(slow_verify.stats["widths"]) == {"3"}   # the whole beam (top_k 3) each time
+    assert cheap_verify.stats["levels"] == {"0": cheap_verify.stats["cycles"]}   # no call, the first cycle included
 
 
-def test_a_budget_that_stopped_drafting_deep_explores_depth_again(tiny_target):
-    """Stopping at the root's children never updates a draft call's cost or the deeper ranks'
-    probabilities; a learning budget drafts EXPLORE_LEVELS deep every EXPLORE_EVERY cycles, so a
-    cold first call cannot keep it shallow for ever."""
+def test_a_budget_that_stopped_drafting_explores_one_call_again(tiny_target):
+    """Stopping at the root's children never updates a draft call's price or the deeper ranks'
+    probabilities; a learning budget makes one call of width 1 every EXPLORE_EVERY cycles, so a
+    cold call cannot keep it shallow for ever, and explores no deeper."""
     from eagle2.model.loading import load_bundle
-    from eagle2.policies.auto import EXPLORE_EVERY, EXPLORE_LEVELS
+    from eagle2.policies.auto import EXPLORE_EVERY
     folder, _ = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
     bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
     pol = auto({1: 1e-7, 64: 1e-7}, total_tokens=64, depth=3, learn_costs=True)  # drafting never pays
@@ -78,9 +78,8 @@ def test_a_budget_that_stopped_drafting_deep_explores_depth_again(tiny_target):
     dec.generate()
     levels = pol.stats["levels"]
     cycles = pol.stats["cycles"]
-    explored = sum(c for lv, c in levels.items() if lv not in ("0", "3"))
-    assert levels.get("3", 0) == 1 and explored >= (cycles - 1) // EXPLORE_EVERY >= 1, levels
-    assert all(int(lv) <= EXPLORE_LEVELS for lv in levels if lv not in ("0", "3"))
+    assert set(levels) == {"0", "1"} and levels["1"] >= (cycles - 1) // EXPLORE_EVERY >= 1, levels
+    assert pol.stats["widths"] == {"1": levels["1"]}
 
 
 @pytest.mark.slow

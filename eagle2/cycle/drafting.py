@@ -24,7 +24,7 @@ class HeadRunner:
     def __init__(self, head: DraftHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
                  sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
                  root_logp: torch.Tensor | None = None, clock: PhaseClock | None = None,
-                 root_top: tuple | None = None):
+                 root_top: tuple | None = None, root_seconds: float = 0.0):
         self.head = head
         self.clock = clock or PhaseClock()        # the cycle's: each head call is its draft_head phase
         self.sampling = sampling or SamplingParams()
@@ -34,6 +34,7 @@ class HeadRunner:
         self.root_logp = head.draft_logprobs(root_g) if root_logp is None else root_logp  # [V_draft]
         # (log-probs, their top k ranked with them): what topk answers without ranking again
         self.ranked = [(self.root_logp, root_top)]
+        self.root_seconds = root_seconds          # what the head took for the root's reading: a call's price
         self.base_pos = base_pos                  # head position of the root's pair
         self.start = cache.length            # first tree slot
         self.used = 0

@@ -169,7 +169,8 @@ class Decoder:
         # 2. Draft a tree under the root: the policy decides its shape.
         hc = s.hcache
         runner = HeadRunner(b.head, hc, s.reading.g, base_pos=hc.length - 1, sampling=self.sampling,
-                            gen=draft_gen, root_logp=s.reading.logp, clock=clock, root_top=s.reading.top)
+                            gen=draft_gen, root_logp=s.reading.logp, clock=clock, root_top=s.reading.top,
+                            root_seconds=s.reading.seconds)
         tree = policy.draft(runner, s.root)
         clock.lap("draft_tree")
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V

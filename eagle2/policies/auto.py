@@ -1,5 +1,5 @@
-"""The hardware-aware budget (docs/algorithms.md §9): EAGLE-2 whose N, and optionally
-depth, are chosen every cycle from this machine's measured costs.
+"""The hardware-aware budget (docs/algorithms.md §9): EAGLE-2 whose N, depth and beam width are
+chosen every cycle from this machine's measured costs.
 
 t(N), the target's time to verify N tokens, starts from the best table known without measuring
 (model/timing.py's `prior_times`: the cached quiet measurement, else an estimate while the
@@ -7,8 +7,14 @@ background measurer takes one) and is corrected by every verification the decode
 (`observe`, into a `LiveVerifyTimes`); the corrections stay in the policy. Each cycle keeps the N
 that maximises expected tokens per second, (1 + sum of the N-1 best node values) /
 (t_draft + t(N)): node values approximate acceptance probabilities, so their sum estimates the
-accepted length. Every EXPLORE_EVERY cycles the budget verifies one other N (twice
-the best, then half of it) so that a wrong prior for sizes it never chooses gets re-measured;
+accepted length. Before each draft call the budget predicts the values of the children of the
+beam's w best nodes (their values times the running mean draft probability of each child rank)
+and expands the w that makes the best rate once that call's measured price is paid, or stops.
+A call's price by its width is learnt from the calls it makes, starting from what the head took
+for the root's reading this cycle; the ranks' probabilities start from the root's own children.
+So the first cycle drafts what pays as any other, and no cycle explores the whole tree. Every
+EXPLORE_EVERY cycles the budget verifies one other N (twice the best, then half of it) and
+expands at least one level, so that a wrong prior for sizes it never chooses gets re-measured;
 any N is lossless, so exploring costs only time.
 """
 from __future__ import annotations
@@ -26,20 +32,43 @@ from ..model.timing import LiveVerifyTimes, prior_times
 from .eagle2 import Eagle2Policy
 
 EXPLORE_EVERY = 16
-EXPLORE_LEVELS = 2
+WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)   # beam widths the budget weighs (those up to top_k)
 
 
 def best_rate(values: np.ndarray, spent_s: float, t, max_n: int = 1 << 30) -> tuple[int, float]:
     """The N <= max_n (root + N-1 best nodes) maximising expected tokens per second of this
     cycle, (1 + sum of the N-1 largest acceptance estimates) / (spent_s + t(N)), and that rate.
-    `t` takes an array of N (LiveVerifyTimes.t does): one interpolation a call, not one per N (the
-    policy calls this up to three times a cycle, inside the cycle's time)."""
+    `t` takes an array of N (LiveVerifyTimes.t does), or is that array for N = 1, 2, ... (the
+    policy reads the cycle's table once)."""
     vals = np.sort(values)[::-1]
     m = min(len(vals) + 1, max_n)
-    cum = np.concatenate([[0.0], np.cumsum(vals)])[:m]
-    rate = (1.0 + cum) / (spent_s + np.asarray(t(np.arange(1, m + 1)), dtype=np.float64))
+    cum = np.concatenate([[0.0], np.cumsum(vals[: m - 1])])
+    tn = t[:m] if isinstance(t, np.ndarray) else np.asarray(t(np.arange(1, m + 1)), dtype=np.float64)
+    rate = (1.0 + cum) / (spent_s + tn)
     best = int(np.argmax(rate))  # the first of equal rates: the smallest N
     return best + 1, float(rate[best])
+
+
+class CallPrices:
+    """A draft call's seconds by its width (rows), learnt from the calls made: a running mean per
+    width, read between widths linearly and beyond them flat; before any call, `fallback`."""
+
+    def __init__(self, decay: float = 0.2):
+        self.decay = decay
+        self.by_width: dict[int, float] = {}
+
+    def observe(self, width: int, seconds: float) -> None:
+        old = self.by_width.get(width)
+        self.by_width[width] = seconds if old is None else (1 - self.decay) * old + self.decay * seconds
+
+    def price(self, width: int, fallback: float) -> float:
+        if not self.by_width:
+            return fallback
+        ws = sorted(self.by_width)
+        return float(np.interp(width, ws, [self.by_width[w] for w in ws]))
+
+    def mean(self) -> float:
+        return float(np.mean(list(self.by_width.values()))) if self.by_width else 0.0
 
 
 @dataclass
@@ -50,18 +79,20 @@ class AutoRecord(TreeRecord):
     levels: int = 0                 # draft calls past the root's children
     expected_tokens: float = 1.0    # at the best N
     best_n: int | None = None       # the best N; differs from n when this cycle re-measures another size
+    widths: list[int] = field(default_factory=list)   # the beam width of each draft call past the root's
 
 
 @dataclass
 class AutoBudgetPolicy(Eagle2Policy):
-    """EAGLE-2 whose N (total_tokens is its cap) and, with `adaptive_depth`, depth (`depth` is its
-    cap) are chosen each cycle to minimise (d * t_draft + t(N)) / expected accepted tokens.
+    """EAGLE-2 whose N (total_tokens is its cap), beam width (top_k is its cap and each expanded
+    node's children) and, with `adaptive_depth`, depth (`depth` is its cap) are chosen each cycle
+    to minimise (t_draft + t(N)) / expected accepted tokens.
 
-    Depth: before each further draft call, the policy predicts the next level's node values (the
-    beam's values times the running mean draft probability of each child rank) and drafts it only
-    if that raises the cycle's best expected tokens per second once the call's measured cost is
-    paid. Node values fall along every path, so a level that does not pay predicts that deeper
-    ones will not either."""
+    Width and depth: before each further draft call, the policy predicts the next level's node
+    values for each width w (the w best beam values times the running mean draft probability of
+    each child rank) and makes the call at the width that most raises the cycle's best expected
+    tokens per second once the call's price is paid, or stops where none does. Node values fall
+    along every path, so a level that does not pay predicts that deeper ones will not either."""
     total_tokens: int = 64
     prior_times: dict = field(default_factory=dict)   # t(N) in seconds to start from; prepare() finds one if empty
     adaptive_depth: bool = True
@@ -71,10 +102,9 @@ class AutoBudgetPolicy(Eagle2Policy):
     uses_costs: ClassVar[bool] = True
 
     def __post_init__(self):
-        self._explore_depth = False
-        self.call_s = 0.0          # running mean seconds of one draft call (measured)
+        self.prices = CallPrices()  # a draft call's seconds by width, measured
         self.rank_prob = None      # running mean draft probability of the child at each rank
-        self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0}
+        self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0, "widths": {}}
         self.times: LiveVerifyTimes | None = None   # the prior, corrected by the verifications timed
         self.prior_source = "given"   # where the prior came from (timing.PriorTimes.source)
         self._use(self.prior_times)
@@ -107,47 +137,67 @@ class AutoBudgetPolicy(Eagle2Policy):
     def _pool_values(tree: DraftTree) -> np.ndarray:
         return np.exp(np.asarray(tree.values[1:], dtype=np.float64))
 
-    def stop_early(self, level, beam_values, tree) -> bool:
-        if not self.adaptive_depth or self.rank_prob is None or self.call_s == 0.0:
-            return False  # the first cycle drafts in full to measure a call and the ranks
-        if self._explore_depth and level <= EXPLORE_LEVELS:
-            return False  # re-measure a call and the deeper ranks, which stopping never updates
-        spent = time.perf_counter() - self._t0
+    def expand_width(self, level, beam_values, tree) -> int:
+        now = time.perf_counter()
+        if self._width:  # the call just made and its candidates: what a call of that width costs
+            self.prices.observe(self._width, now - self._level_t0)
+        self._level_t0, self._width = now, 0
+        if not self.adaptive_depth:
+            self._width = len(beam_values)
+            return self._width
+        spent = now - self._t0
         vals = self._pool_values(tree)
-        _, now = best_rate(vals, spent, self.times.t, self.total_tokens)
-        beam = np.exp(beam_values.double().cpu().numpy())
-        predicted = (beam[:, None] * self.rank_prob[None, : self.top_k]).ravel()
-        _, nxt = best_rate(np.concatenate([vals, predicted]), spent + self.call_s, self.times.t, self.total_tokens)
-        return nxt <= now
+        _, best = best_rate(vals, spent, self._tn, self.total_tokens)
+        beam = np.exp(beam_values.double().numpy())
+        ranks = self.rank_prob if self.rank_prob is not None else self._root_ranks
+        for w in WIDTHS:
+            if w > len(beam):
+                break
+            predicted = (beam[:w, None] * ranks[None, : self.top_k]).ravel()
+            _, rate = best_rate(np.concatenate([vals, predicted]), spent + self.prices.price(w, self._call_guess),
+                                self._tn, self.total_tokens)
+            if rate > best:
+                best, self._width = rate, w
+        if self._width == 0 and self._explore_depth and level == 1:
+            self._width = 1  # every EXPLORE_EVERY cycles one call at least: its price and ranks, re-measured
+        return self._width
 
     def draft(self, runner, root):
         check(len(self.prior_times) >= 2, "The auto budget needs a measured t(N) at two N at least (prepare it).")
         self._t0 = time.perf_counter()
-        # every EXPLORE_EVERY cycles a tree at least EXPLORE_LEVELS deep: a budget that stopped at
-        # the root's children would otherwise keep the first cycle's call cost and rank
-        # probabilities for ever (a cold first call, a first tree's ranks) and never draft again
+        self._width, self._widths = 0, []
+        self._tn = np.asarray(self.times.t(np.arange(1, self.total_tokens + 1)), dtype=np.float64)
+        # before any call of its own, a call costs what the head took for the root's reading, and
+        # a child of rank r is as likely as the root's own
+        self._call_guess = runner.root_seconds
+        root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().numpy())
+        self._root_ranks = np.pad(root_top, (0, self.top_k - len(root_top)))
         self._explore_depth = self.learn_costs and self.stats["cycles"] % EXPLORE_EVERY == EXPLORE_EVERY // 4
-        return super().draft(runner, root)
+        tree = super().draft(runner, root)
+        return tree
 
     def keep(self, tree: DraftTree) -> None:
-        spent = time.perf_counter() - self._t0
+        now = time.perf_counter()
+        if self._width:
+            self.prices.observe(self._width, now - self._level_t0)
+        spent = now - self._t0
         calls = tree.draft_calls - 1  # levels expanded below the root's children (0: stopped at once)
-        if calls:
-            per = spent / calls
-            self.call_s = per if self.call_s == 0.0 else 0.8 * self.call_s + 0.2 * per
+        widths = [len(b) for b in tree.beam[:calls]]
         self._learn_ranks(tree)
-        best_n, rate = best_rate(self._pool_values(tree), spent, self.times.t, self.total_tokens)
+        best_n, rate = best_rate(self._pool_values(tree), spent, self._tn, self.total_tokens)
         n = self._explore(best_n, len(tree.tokens))
         self.rerank(tree, n)
         # the expected tokens are the chosen rate times the cycle's time
-        tree.record = AutoRecord(n=n, levels=calls, expected_tokens=float(rate * (spent + self.times.t(best_n))),
-                                 best_n=best_n)
+        tree.record = AutoRecord(n=n, levels=calls, expected_tokens=float(rate * (spent + self._tn[best_n - 1])),
+                                 best_n=best_n, widths=widths)
         st = self.stats
         st["explored"] += n != best_n
         st["cycles"] += 1
         st["draft_calls"] += tree.draft_calls
         st["levels"][str(calls)] = st["levels"].get(str(calls), 0) + 1
         st["n"][str(n)] = st["n"].get(str(n), 0) + 1
+        for w in widths:
+            st["widths"][str(w)] = st["widths"].get(str(w), 0) + 1
 
     def _explore(self, best_n: int, pool: int) -> int:
         """The N to verify this cycle: the best one, except every EXPLORE_EVERY cycles twice it
@@ -174,17 +224,19 @@ class AutoBudgetPolicy(Eagle2Policy):
         seen = counts > 0
         cur = np.where(seen, sums / np.maximum(counts, 1), 0.0)
         if self.rank_prob is None:
-            self.rank_prob = cur
+            self.rank_prob = np.where(seen, cur, self._root_ranks)
         else:
             self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
 
     def summary_stats(self) -> dict:
         # "prior": where the prior came from, under the key the recorded stats already use
-        return {**self.stats, "verify_s": self.times.estimates() if self.times else {}, "prior": self.prior_source}
+        return {**self.stats, "verify_s": self.times.estimates() if self.times else {}, "prior": self.prior_source,
+                "draft_call_s": self.prices.mean()}
 
 
 @dataclass
 class AutoBudgetNPolicy(AutoBudgetPolicy):
-    """The auto budget choosing N only, at a fixed depth (to compare against adaptive depth)."""
+    """The auto budget choosing N only, at a fixed depth and the whole beam (to compare against
+    adaptive depth and width)."""
     adaptive_depth: bool = False
     name: ClassVar[str] = "eagle2-auto-n"

@@ -2,6 +2,7 @@
 level by level, then rerank the whole pool by path value."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -11,6 +12,13 @@ import torch
 from ..cycle.drafting import HeadRunner
 from ..cycle.tree import DraftTree, TreeRecord
 from .base import TreeBuilder, TreePolicy, check_int
+
+
+def log_mass(values: torch.Tensor) -> float:
+    """log(sum(exp(values))) of a beam's few values, in Python (a torch call costs more than the sum)."""
+    v = values.tolist()
+    top = max(v)
+    return top + math.log(sum(math.exp(x - top) for x in v))
 
 
 @dataclass
@@ -28,8 +36,14 @@ class Eagle2Policy(TreePolicy):
 
     def stop_early(self, level: int, beam_values: torch.Tensor, tree: DraftTree) -> bool:
         """Called before draft call `level + 1`; True ends the expansion. EAGLE-2 always expands to
-        full depth (DDD and the auto budget override this)."""
+        full depth (DDD overrides this)."""
         return False
+
+    def expand_width(self, level: int, beam_values: torch.Tensor, tree: DraftTree) -> int:
+        """Called before draft call `level + 1` with the beam's values (best first): how many of the
+        best beam nodes to expand, 0 ending the expansion. EAGLE-2 expands the whole beam unless
+        stop_early says stop (the auto budget chooses the width from measured costs)."""
+        return 0 if self.stop_early(level, beam_values, tree) else len(beam_values)
 
     def new_record(self) -> TreeRecord | None:
         """The policy's typed record for a new tree (variants that log their decisions)."""
@@ -46,10 +60,15 @@ class Eagle2Policy(TreePolicy):
         beam_g = runner.root_g.expand(kk, -1)
         beam_parent_slots = [-1] * kk
         b.t.beam.append(beam)
-        b.t.beam_mass.append(float(torch.logsumexp(beam_vals, 0)))
+        b.t.beam_mass.append(log_mass(beam_vals))
         for level in range(1, self.depth + 1):
-            if self.stop_early(level, beam_vals, b.t):
+            w = self.expand_width(level, beam_vals, b.t)
+            if w == 0:
                 break
+            if w < len(beam):  # the w best of the beam (it is in value order)
+                beam, beam_vals, beam_g, beam_parent_slots = beam[:w], beam_vals[:w], beam_g[:w], beam_parent_slots[:w]
+                b.t.beam[-1] = beam
+                b.t.beam_mass[-1] = log_mass(beam_vals)
             g, lp, slots = runner.run([b.t.tokens[i] for i in beam], beam_g, beam_parent_slots,
                                       [b.t.depths[i] for i in beam])
             cv, cid = runner.topk(lp, k)                       # [beam, k]
@@ -67,7 +86,7 @@ class Eagle2Policy(TreePolicy):
             beam_g = g[rows]
             beam_parent_slots = [slots[r] for r in rows.tolist()]
             b.t.beam.append(beam)
-            b.t.beam_mass.append(float(torch.logsumexp(beam_vals, 0)))
+            b.t.beam_mass.append(log_mass(beam_vals))
         b.t.draft_calls = runner.calls
         self.keep(b.t)
         return b.t

@@ -198,7 +198,7 @@ def run_one(bundle, runner, q, sp, max_new) -> dict:
         for p, v in r.get("phases_s", {}).items():   # where the decoder's time went (eagle2/phases.py)
             tot[phase_key(p)] += v
         st = r.get("policy_stats") or {}
-        for k in ("n", "levels"):  # the auto budget's choices: cycles per N, per levels drafted
+        for k in ("n", "levels", "widths"):  # the auto budget's choices: cycles per N, per levels, calls per width
             for v, c in st.get(k, {}).items():
                 tot.setdefault(f"auto_{k}", Counter())[int(v)] += c
         if "positions" in st:  # a lossy policy's record of how far it moved from exact decoding
@@ -227,7 +227,7 @@ def aggregate(rows: list[dict]) -> dict:
         out["phase_ms_per_cycle"] = {p: 1000 * v / max(fw, 1) for p, v in phases.items()}
         out["phase_share"] = {p: v / wall for p, v in phases.items()}
         out["around_forwards_share"] = 1 - sum(phases[p] for p in FORWARDS) / wall
-    for k in ("n", "levels"):
+    for k in ("n", "levels", "widths"):
         hist = sum((r.get(f"auto_{k}", Counter()) for r in rows), Counter())
         if hist:
             out[f"auto_{k}"] = {str(v): hist[v] for v in sorted(hist)}
@@ -344,7 +344,7 @@ def measure(bundle, variants, prompts, sp, max_new: int, repeats: int) -> list[d
                              "tokens_per_s": res["new_tokens"] / res["wall_s"] if res["wall_s"] else 0.0,
                              **({k: res[k] for k in ("positions", "relaxed_tokens", "tv_sum", "max_tv")}
                                 if "positions" in res else {}),
-                             **{k: res[k] for k in ("draft_s", "verify_s", "auto_n", "auto_levels") if k in res},
+                             **{k: res[k] for k in ("draft_s", "verify_s", "auto_n", "auto_levels", "auto_widths") if k in res},
                              **{phase_key(p): res[phase_key(p)] for p in PHASES if phase_key(p) in res},
                              "token_ids": res["token_ids"]})
                 bar.update(1)
@@ -356,7 +356,7 @@ def write_results(out: Path, summary: dict, rows: list[dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     with open(out / "per_prompt.csv", "w", newline="") as f:
-        skip = ("token_ids", "auto_n", "auto_levels")  # lists and histograms live in summary.json
+        skip = ("token_ids", "auto_n", "auto_levels", "auto_widths")  # lists and histograms live in summary.json
         fields = list(dict.fromkeys(k for r in rows for k in r if k not in skip))
         w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
@@ -410,6 +410,8 @@ def print_table(summary) -> None:
             ident += f"  {s['speedup_vs_plain_eager']:.2f}x plain@eager"
         if "auto_mean_n" in s:
             ident += f"  auto: mean N {s['auto_mean_n']:.1f}, mean levels {s['auto_mean_levels']:.1f}"
+            if "auto_mean_widths" in s:
+                ident += f", mean width {s['auto_mean_widths']:.1f}"
         print(f"{n:34s} {s['tau']:6.2f} {s['tokens_per_s']:8.2f} {s['speedup']:7.2f}x {s['new_tokens']:7d} "
               f"{s['target_forwards']:6d}{ident}")
     print_phases(summary)
