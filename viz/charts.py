@@ -4,7 +4,7 @@ A *series* (`Series`) is one decoder's progress, a dict so it can be stored in a
 replayed without the decoder; its keys are the trace's (eagle2/cycle/series.py): "label", "role",
 "policy", "tokens", "wall_s", "forwards", "accepted" always, plus what pricing a run needs
 (viz/whatif.py, PRICING). Series recorded before the pricing keys existed lack them; everything
-but the what-if works without.
+but the what-if works without. The engine builds them from a decoder's steps (`series`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from eagle2.cycle.trace import PER_CYCLE, PHASES, PRICING, Series, split_of
+from eagle2.cycle.trace import PER_CYCLE, PRICING, Series, extend_series, series, verified  # noqa: F401  (the page builds series here)
 
 from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
@@ -23,46 +23,6 @@ from .tree_graph import empty_figure
 def priced(s: Series) -> bool:
     """Whether the series carries the per-cycle figures pricing needs (PRICING)."""
     return all(k in s for k in PRICING)
-
-
-def verified(step) -> int:
-    """Tokens the target verified in this step's forward, root included: sum(kept) of a drafted
-    tree, 1 for a plain-decoding step, 0 for the prefill (priced apart from the cycles)."""
-    if step.tree is not None:
-        return int(sum(step.tree.kept))
-    return 0 if step.cycle == 0 else 1
-
-
-def series(label: str, steps, role: str = "main") -> Series:
-    """The series of a run's steps (StepTraces of one decoder, cycle 0 first)."""
-    s = Series(label=label, role=role, policy=label, tokens=[], wall_s=[], forwards=[], accepted=[],
-               finished=None, verified=[], draft_calls=[], verify_s=[], draft_s=[], phases=[])
-    return extend_series(s, list(steps), 0)
-
-
-def extend_series(s: Series, steps: list, start: int) -> Series:
-    """Append steps[start:] to `s` (built from steps[:start]), in place: a live run adds each new
-    cycle once instead of rebuilding its series from every step on every tick. Draft calls: the
-    tree's own count, else the growth of the cumulative one (traces recorded before trees kept it)."""
-    prev = int(steps[start - 1].cumulative["draft_calls"]) if start else 0
-    for st in steps[start:]:
-        cum = int(st.cumulative["draft_calls"])
-        own = st.tree.draft_calls if st.tree is not None else 0
-        s["tokens"].append(int(st.cumulative["tokens"]))
-        s["wall_s"].append(float(st.cumulative["wall_s"]))
-        s["forwards"].append(int(st.cumulative["target_forwards"]))
-        if st.tree is not None:
-            s["accepted"].append(int(st.accepted_len))
-        s["verified"].append(verified(st))
-        s["draft_calls"].append(int(own) if own else max(0, cum - prev))
-        s["verify_s"].append(float(st.timings["verify_s"]))
-        s["draft_s"].append(float(st.timings["draft_s"]))
-        split = split_of(st.timings)
-        s.setdefault("phases", []).append(None if split is None else [split[p] for p in PHASES])
-        prev = cum
-    if steps:
-        s["policy"], s["finished"] = steps[0].policy, steps[-1].finished
-    return s
 
 
 def truncate(s: Series, n_cycles: int) -> Series:

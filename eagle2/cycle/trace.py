@@ -29,7 +29,8 @@ from typing_extensions import TypedDict   # pydantic reads typing's own only fro
 from ..errors import UserError
 from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
 from .checked import CHECKED, OPEN, AcceptedCount, Number, broken
-from .series import PER_CYCLE, PRICING, RecordedSeries, Series  # noqa: F401  (viz reads the series type here)
+from .series import (PER_CYCLE, PRICING, RecordedSeries, Series, extend_series, series,  # noqa: F401  (viz reads
+                     verified)                       # the series type and its builders here)
 from .tree import DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"
@@ -110,11 +111,26 @@ class Trace(Generic[R]):
     meta: dict[str, Any]
     steps: list[StepTrace[R]] = field(default_factory=list)
 
-    def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA, **_dumper(Trace).dump_python(self)})
+    def to_json(self, digits: int | None = None) -> str:
+        """The trace file's text; with `digits`, compact and every float to that many significant
+        digits (a shipped or recorded trace: a third of the size, the same figures)."""
+        data = {"schema": SCHEMA, **_dumper(Trace).dump_python(self)}
+        if digits is None:
+            return json.dumps(data)
+        return json.dumps(_rounded(data, digits), separators=(",", ":"))
 
     def save(self, path) -> None:
         Path(path).write_text(self.to_json())
+
+
+def _rounded(x, digits: int):
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, (list, tuple)):
+        return [_rounded(v, digits) for v in x]
+    if isinstance(x, dict):
+        return {k: _rounded(v, digits) for k, v in x.items()}
+    return x
 
 
 @with_config(OPEN)
