@@ -114,6 +114,7 @@ def test_the_record_is_a_trace_that_opens_in_replay(tiny, monkeypatch):
     assert 1 in {int(k) for k in tr.meta[RECORD_KEY]} and set(tr.meta[SECONDS]) == {"load", "costs", "race"}
     drawn = handlers.Replay().loaded(view, "path value", False, None)
     assert drawn["view"] is view and "Recorded on" in drawn["info"]
+    assert f"wall clock,<br>{device_name('cpu')}" in drawn["metrics"]   # timed there, not on this server
     # the button's own path (here on the CPU): Replay shows it, its tab is selected, the line says how it went
     monkeypatch.setattr(gpu_record, "DEVICE", "cpu")
     monkeypatch.setattr(gpu_record, "why_no_gpu", lambda: None)

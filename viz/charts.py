@@ -121,11 +121,12 @@ def lossy_summary(steps) -> dict | None:
             "max_shift": max(float(d["max_shift"]) for d in deps)}
 
 
-def why_line(why: dict | None = None) -> str:
+def why_line(why: dict | None = None, where: str = "this machine") -> str:
     """One line on why the speedup in forwards is not the wall-clock one. `why`: the main
     decoder's cycles as measured against plain's (viz.phase_chart.measured_why), or its run priced
-    with this machine's price table (viz.whatif.price_run), adds its numbers."""
-    line = ("<b>Why the two differ:</b> on this machine a cycle's verification of N tokens costs "
+    with this machine's price table (viz.whatif.price_run), adds its numbers. `where`: the machine
+    the run was timed on (a recorded race names its device)."""
+    line = (f"<b>Why the two differ:</b> on {where} a cycle's verification of N tokens costs "
             "t(N)/t(1) times one token's forward, plus drafting")
     if why and why["cycles"] and why["speedup"] is not None and why.get("measured"):
         line += (f": here, as measured, N ≈ {why['mean_n']:.0f} took {why['verify_per_cycle']:.1f}× plain's "
@@ -138,12 +139,14 @@ def why_line(why: dict | None = None) -> str:
     return line + "."
 
 
-def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None, why: dict | None = None) -> str:
+def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None, why: dict | None = None,
+                 where: str = "this machine") -> str:
     """Metric cards: speedups first (big; wall-clock on this machine and in target forwards), the
     line on why they differ, then one line per decoder; `lossy` = {decoder label: lossy_summary}
     adds a warning card for decoders whose output is not exactly the target's; `suggest` names a
     policy that sizes its tree from measured costs, offered when the main decoder runs slower
-    than plain; `why` (see why_line) puts this run's numbers in the line."""
+    than plain; `why` (see why_line) puts this run's numbers in the line; `where` names the
+    machine the wall clock ran on (a recorded race's device)."""
     main = m["decoders"][0]
     cards = []
     for label, lo in (lossy or {}).items():
@@ -162,7 +165,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
                      f'<div class="mlab" style="flex-basis:100%"><b>{main["decoder"]}</b> vs {label}: speedup</div>'
                      f'<div {pair} title="tokens per second of {main["decoder"]} / tokens per second of {label}, '
                      f'at the same number of tokens, each timed on its own work"><div class="mval">{val}</div>'
-                     f'<div class="mlab"><small>wall clock,<br>this machine</small></div></div>'
+                     f'<div class="mlab"><small>wall clock,<br>{where}</small></div></div>'
                      f'<div {pair} title="target forward passes {label} needed / forward passes {main["decoder"]} '
                      f'needed, for the same tokens: what the tree buys on any hardware (against plain decoding: '
                      f'tau)"><div class="mval" style="color:#374151">{fval}</div>'
@@ -176,7 +179,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
                      'sizes the tree from measured costs.</small></div></div>')
     if m["speedups"] and main["cycles"]:
         cards.append(f'<div class="mcard why" style="flex-basis:100%;padding:4px 12px">'
-                     f'<div class="mlab">{why_line(why)}</div></div>')
+                     f'<div class="mlab">{why_line(why, where)}</div></div>')
     for d in m["decoders"]:
         cards.append(
             f'<div class="mcard" title="tau: generated tokens per target forward pass (plain decoding: 1)">'

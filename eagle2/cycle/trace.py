@@ -40,6 +40,7 @@ READABLE = (SCHEMA, SCHEMA_V1)
 TIMINGS = ("draft_s", "verify_s", "commit_s", "total_s")
 TOTALS = ("tokens", "target_forwards", "wall_s", "draft_calls")  # StepTrace.cumulative: the run's totals
 VIZ_KEY = "viz"   # the meta key holding the race's comparison and plain series and its previews
+DEVICE_NAME = "device_name"   # meta: the GPU's (or CPU's) model a recorded race ran on (decoding/recorded_race.py)
 MAX_NESTING = 32  # a trace nests 7 deep; far deeper JSON would overflow Python's recursion later
 
 
@@ -159,6 +160,7 @@ class Meta(TypedDict, Generic[R], total=False):
     model: str | None
     head: str | None
     device: str | None
+    device_name: str | None          # DEVICE_NAME: the device's model, where the recorder said it
     dtype: str | None
     prompt_text: str | None
     policy: dict[str, Any] | None    # its name and parameters

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ..cycle.trace import VIZ_KEY, Trace, series
+from ..cycle.trace import DEVICE_NAME, VIZ_KEY, Trace, series
 from ..devices import device_kind, is_cuda
 from ..errors import check
 from ..machine import cpu_info
@@ -23,7 +23,6 @@ DIGITS = 4   # a recorded trace's floats, in significant digits (Trace.to_json):
 # On CUDA the race records in fp32 unless told otherwise: greedy trees reproduce plain decoding
 # there, while bf16's kernels round one row and the rows of a tree differently (docs/serving.md).
 CUDA_DTYPE = "float32"
-DEVICE_NAME = "device_name"   # meta: the GPU's (or the CPU's) model, as people name it
 SECONDS = "record_s"          # meta: where the call's seconds went (loading, t(N), the race)
 
 

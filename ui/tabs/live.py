@@ -84,9 +84,10 @@ def build_buttons(c: dict) -> None:
 def build_gpu_record(c: dict) -> None:
     """"Record on the GPU" and the line beside it (where a record would run, then how the last one
     went), into `c`; page.py wires it to the Replay tab (ui/gpu_record.py)."""
-    with gr.Row(elem_classes=["controls"], elem_id="gpu-record-row"):
-        c["gpu_record"] = gr.Button("Record on the GPU", elem_id="gpu-record-btn", size="sm", min_width=140)
-    c["gpu_line"] = gr.Markdown(gpu_where(), elem_id="gpu-line")
+    with gr.Column(elem_id="gpu-record", elem_classes=["side-gpu"]):
+        with gr.Row(elem_classes=["controls"]):
+            c["gpu_record"] = gr.Button("Record on the GPU", elem_id="gpu-record-btn", size="sm", min_width=140)
+        c["gpu_line"] = gr.Markdown(gpu_where(), elem_id="gpu-line")
 
 
 def build_classroom(c: dict) -> None:
