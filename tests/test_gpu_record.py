@@ -274,3 +274,90 @@ def test_the_record_command_writes_a_trace_replay_reads(tiny, tmp_path, capsys):
         code = cli_main(["record", "--device", "cpu", "--target", tiny, "--head", "random", *argv])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: ") and fragment in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ a ZeroGPU Space, rehearsed
+
+class FakeZeroGPU:
+    """ZeroGPU's device API as the `spaces` package speaks to it (spaces/zero/api.py), on a local
+    port: the start-up report, then each /schedule answered as `answers` says, in turn."""
+
+    ANSWERS = {   # status, headers, body: as the API answers a refusal (or a grant)
+        "quota": (429, {"X-Authenticated": "regular", "Content-Type": "application/json"}, '{"left": 12, "wait": 7260}'),
+        "duration": (429, {"Content-Type": "application/json"}, '{"left": 12, "wait": -1}'),
+        "busy": (503, {}, ""),
+        "queue": (200, {"Content-Type": "text/event-stream"}, "event: failed\n\n"),
+        "grant": (200, {"Content-Type": "application/json"},
+                  '{"idle": false, "nvidiaIndex": 0, "nvidiaUUID": "GPU-00000000-fake", "allowToken": "t"}'),
+    }
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.calls, self.answers = [], []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                path = self.path.split("?")[0]
+                fake.calls.append(self.path)
+                status, headers, body = (fake.ANSWERS[fake.answers.pop(0)] if path == "/schedule" and fake.answers
+                                         else (503, {}, "") if path == "/schedule" else (200, {}, ""))
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.version.cuda is None, reason="spaces stands in for CUDA only with a CUDA build of torch")
+def test_a_zero_gpu_space_steps_on_the_cpu_and_says_each_refusal(tmp_path, tiny):
+    """The app as a ZeroGPU Space starts it (SPACES_ZERO_GPU, `spaces` speaking to a stand-in of
+    ZeroGPU's API here): it reports its GPU function at start-up (defined before launch), decodes
+    on the CPU (torch there reports an emulated GPU), and each refusal of the real `spaces` client
+    (quota, duration, no GPU, the queue) and a call granted on a machine without a GPU (its worker
+    cannot start) are one line each, the live race stepping on between them."""
+    pytest.importorskip("spaces")
+    from gradio_client import Client
+    from app_process import App
+    from page_controls import STEP_API
+    from spaces.zero.config import get_config
+    fake = FakeZeroGPU()
+    app = App(tmp_path, "--target", tiny, "--head", "random", "--device", "cuda",
+              env={"SPACES_ZERO_GPU": "true", "SPACES_ZERO_DEVICE_API_URL": fake.url})
+    try:
+        app.wait_for("ready at", 0, timeout=300)
+        err = app.text()[1]
+        assert "/startup-report" in fake.calls, (fake.calls, err[-2000:])
+        assert "decodes on the CPU (--device cuda ignored)" in err
+        client = Client(app.url + "/", verbose=False, download_files=False, headers={"X-IP-Token": "visitor"})
+
+        def status_after_step() -> str:
+            return dict(zip(STEP_API, client.predict("w1 w2 w3", *ui(), api_name="/step")))["status"]
+        assert "cycle 1" in status_after_step()
+        params = client.view_api(return_format="dict")["named_endpoints"]["/record_on_gpu"]["parameters"]
+        args = {p["parameter_name"]: p.get("parameter_default") for p in params}
+        args.update(prompt="w1 w2 w3", max_new_tokens=64)
+        asked = round(gpu_record.gpu_seconds("", 64) * get_config()["duration_factor"])   # as ZeroGPU is asked
+        says = {"quota": f"Your GPU quota is spent ({asked}s requested vs. 12s left); it refills in 2:01:00",
+                "duration": f"refused a run of {asked} s", "busy": "No GPU came free", "queue": "No GPU came free",
+                "grant": "The GPU run failed"}
+        for answer, line in says.items():
+            fake.answers.append(answer)
+            got = client.predict(**args, api_name="/record_on_gpu")
+            assert [o for o in got if isinstance(o, str) and line in o], (answer, got, app.text()[1][-2000:])
+        scheduled = [c for c in fake.calls if c.startswith("/schedule")]
+        assert len(scheduled) == len(says) and all(f"durationSeconds={asked}" in c for c in scheduled), scheduled
+        assert "cycle 2" in status_after_step()   # the live race went on
+    finally:
+        app.stop()
+        fake.server.shutdown()
