@@ -26,7 +26,8 @@ from lossless_cases import PROMPTS
 
 HAS_CUDA = torch.cuda.is_available()
 ON_CUDA = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU here")]
-DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=ON_CUDA)]
+# the CPU cases check the checks (a few seconds each: the full suite runs them, and the GPU check's CPU mode)
+DEVICES = [pytest.param("cpu", id="cpu", marks=pytest.mark.slow), pytest.param("cuda", id="cuda", marks=ON_CUDA)]
 DTYPES = ("float32", "bfloat16")
 LOSSLESS = [n for n in names() if not make_policy(n).lossy]
 TINY_PROMPTS = ["w1 w2 w3 w4 w5", "w9 w8 w7", "w40 w41 w3 w3 w3 w2"]
