@@ -22,6 +22,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    zero_gpu_first(env)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default=None, help="default: Gradio's (GRADIO_SERVER_NAME, else 127.0.0.1)")
     ap.add_argument("--port", type=int, default=None,
@@ -55,6 +56,7 @@ def main(argv=None) -> int:
         ap.error(f"--port must be in [0, 65535] (got {a.port}).")
     if a.max_new_tokens < 1:
         ap.error(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens}).")
+    a.device = live_device(env, a.device)
     cfg = config.use(replace(env, target=a.target, head=a.head, device=a.device, dtype=a.dtype,
                              concurrency=a.concurrency, compile=a.compile, threads=a.threads or None))
 
@@ -88,6 +90,33 @@ def main(argv=None) -> int:
         demo.close()
         return 130
     return 0
+
+
+def zero_gpu_first(env) -> None:
+    """On a ZeroGPU Space (SPACES_ZERO_GPU): `spaces` imported before torch and Gradio (it stands
+    in for CUDA in this process, which has no GPU, and Gradio reads it when imported), and its
+    wrapping of every event into a GPU call switched off: the live page decodes on the CPU, and
+    only "Record on the GPU" asks for a GPU (ui/gpu_record.py). Elsewhere nothing."""
+    if not env.zero_gpu:
+        return
+    try:
+        import spaces
+    except Exception as e:  # noqa: BLE001  (the page still serves; its GPU button says why it cannot record)
+        print(f"warning: SPACES_ZERO_GPU is set but `spaces` cannot be imported ({type(e).__name__}: {e}).",
+              file=sys.stderr)
+        return
+    spaces.disable_gradio_auto_wrap()
+
+
+def live_device(env, device: str) -> str:
+    """The device the live page decodes on: `device`, but the CPU on a ZeroGPU Space, whose main
+    process has no GPU (torch there reports an emulated one); a line says so if CUDA was asked."""
+    from eagle2.devices import is_cuda
+    if env.zero_gpu and is_cuda(device):
+        print(f"note: on a ZeroGPU Space the page decodes on the CPU (--device {device} ignored); "
+              f"'Record on the GPU' runs a race on the Space's GPU.", file=sys.stderr)
+        return "cpu"
+    return device
 
 
 def show_model_log() -> None:

@@ -17,6 +17,10 @@ read theirs through `current()`. No other module reads the environment.
     EAGLE2_Q4_KERNELS             avx2, avx-vnni or avx512-vnni: the q4_1 dot products to use (default:
                                   the CPU's best; the same results, for timing a slower CPU's path)
     CHROMIUM                      the browser ui/screenshot.py drives (default /usr/bin/chromium)
+    SPACES_ZERO_GPU               set by a Hugging Face Space on ZeroGPU hardware (1, t or true, as the
+                                  `spaces` package reads it): the page then runs on the CPU and only
+                                  "Record on the GPU" reaches a GPU (ui/gpu_record.py). Its main
+                                  process reports CUDA (emulated), so torch cannot tell.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NO = ("0", "no", "false", "off")
+YES_ZERO_GPU = ("1", "t", "true")   # SPACES_ZERO_GPU's true values, as the `spaces` package reads them
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Config:
     session_idle_s: float = 900.0
     chromium: str = "/usr/bin/chromium"
     q4_kernels: str | None = None    # None: the CPU's best (quantized.library)
+    zero_gpu: bool = False           # a ZeroGPU Space's main process (SPACES_ZERO_GPU)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Config":
@@ -69,7 +75,8 @@ class Config:
                    max_sessions=number("EAGLE2_MAX_SESSIONS", int, d.max_sessions),
                    session_idle_s=number("EAGLE2_SESSION_IDLE", float, d.session_idle_s),
                    chromium=env.get("CHROMIUM") or d.chromium,
-                   q4_kernels=(env.get("EAGLE2_Q4_KERNELS") or "").strip().lower() or None)
+                   q4_kernels=(env.get("EAGLE2_Q4_KERNELS") or "").strip().lower() or None,
+                   zero_gpu=(env.get("SPACES_ZERO_GPU") or "").strip().lower() in YES_ZERO_GPU)
 
 
 _installed: Config | None = None

@@ -2,8 +2,8 @@
 resolved in this one place.
 
 A number >= 1 is that many threads per decode. 0, or nothing given, is the CPUs this process may
-use (its cgroup quota, else its affinity mask) shared between the decodes that run at once: the
-app's --concurrency sessions, a command's one. Not torch's own default: torch counts the
+use (its affinity mask, capped by its cgroup quota), read when the app or a command starts, shared
+between the decodes that run at once: the app's --concurrency sessions, a command's one. Not torch's own default: torch counts the
 machine's cores, not a container's quota, and oversubscribing a small CPU (2 sessions x 2 threads
 on 2 vCPUs) made tree verification an order of magnitude slower.
 """
@@ -19,7 +19,19 @@ HELP = ("torch CPU threads per decode (0, the default: the CPUs this process may
 
 
 def available_cpus() -> int:
-    """CPUs this process may use: the cgroup quota (containers, Spaces) if any, else the affinity mask."""
+    """CPUs this process may use: its affinity mask, and fewer where its cgroup's quota allows
+    fewer (containers, Spaces: a quota of 2 CPUs on a 16-core host's mask is 2)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpus()
+    return max(1, min(cpus, quota) if quota else cpus)
+
+
+def cgroup_cpus() -> int | None:
+    """The CPUs this process's cgroup quota allows (v2's cpu.max, else v1's CFS quota), None
+    without a quota."""
     try:
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
         if quota != "max":
@@ -32,10 +44,7 @@ def available_cpus() -> int:
             return max(1, q // int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text()))
     except (OSError, ValueError):
         pass
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return None
 
 
 def check_threads(requested: int | None) -> None:

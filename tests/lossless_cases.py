@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from scipy import stats
 
 from eagle2.cycle.sampling import SamplingParams, probs_from_logits
 
@@ -50,6 +49,7 @@ def chi_square(counts: Counter, probs: dict, n: int) -> tuple[float, int]:
     if pooled_e > 0:
         obs.append(pooled_o)
         exp.append(pooled_e)
+    from scipy import stats   # here: the prompts above are read where scipy is not installed (test_cuda on a GPU)
     obs, exp = np.array(obs, float), np.array(exp, float)
     stat = float(((obs - exp) ** 2 / exp).sum())
     return float(stats.chi2.sf(stat, len(obs) - 1)), len(obs)

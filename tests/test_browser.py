@@ -207,6 +207,42 @@ def test_wide_layout_keeps_the_controls_beside_the_dashboard(page):
     assert title_inside(page, "live-tree") and title_inside(page, "live-cmp")
 
 
+@pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)], ids=["wide", "phone"])
+def test_record_on_the_gpu_answers_in_one_line_and_the_page_keeps_stepping(browser, server, width, height):
+    """The page as a Space without a GPU serves it (spaces installed where the dev extra is,
+    SPACES_ZERO_GPU unset): the button under Step (with the classroom at phone width, after the
+    race), its line saying where a record would run; pressed, that line says why it cannot (or,
+    with a GPU, Replay opens the GPU's race), and Step goes on."""
+    import torch
+    ctx, page = open_page(browser, server, width, height)
+    try:
+        button, line, step_btn = (box(page, s) for s in ("#gpu-record-btn", "#gpu-line", "#step-btn"))
+        assert button["width"] > 0 and line["y"] > button["y"]
+        if width > 720:
+            assert step_btn["y"] < button["y"] < box(page, "#policy")["y"] and button["x"] + button["width"] <= box(page, "#live-tree")["x"]
+        else:
+            assert box(page, "#live-metrics")["y"] < button["y"]
+        wait_model_ready(page)
+        step(page, "Write a haiku about the sea.", 1)
+        page.locator("#gpu-record-btn").click()
+        if torch.cuda.is_available():
+            page.get_by_role("tab", name="Replay", selected=True).wait_for(timeout=180_000)
+            assert "Recorded on" in page.locator("#trace-info").inner_text()
+            page.get_by_role("tab", name="Live").click()
+        else:
+            said = page.locator("#gpu-line [data-testid=markdown]")
+            said.get_by_text("No GPU here").wait_for(timeout=60_000)
+            assert said.inner_text().strip().count("\n") == 0
+        page.locator("#gpu-record").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"gpu-record-{width}.png"))
+        step(page, "Write a haiku about the sea.", 1)                       # the live race went on
+        wait_status(page, "cycle 2 ·")
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.screenshot(path=str(ARTIFACTS / f"gpu-record-{width}-stepped.png"), full_page=width > 720)
+    finally:
+        ctx.close()
+
+
 def test_closed_sections_are_drawn_when_opened_not_on_every_step(page):
     """A Step redraws the open panels only: the closed sections' charts stay undrawn until the
     section opens, and then show the run so far."""

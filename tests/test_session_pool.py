@@ -93,10 +93,11 @@ def test_a_session_gradio_deletes_is_freed(real_bundle, pool):
 def test_a_tick_adds_only_its_own_cycles_to_the_series(real_bundle, pool, monkeypatch):
     """Session.view extends each decoder's series by the steps since the last view: over a run the
     series code touches every step once, not once per tick (which made a run quadratic)."""
+    import eagle2.cycle.series as built   # where a series is built from steps (viz.charts reads it there)
     import viz.charts as charts
     seen = []
-    real = charts.verified
-    monkeypatch.setattr(charts, "verified", lambda st: seen.append(st) or real(st))
+    real = built.verified
+    monkeypatch.setattr(built, "verified", lambda st: seen.append(st) or real(st))
     sess = Session()
     sess.start(real_bundle, "Count to ten.", Settings(**{**SMALL, "max_new_tokens": 60}))
     views = []

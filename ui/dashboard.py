@@ -17,6 +17,7 @@ from functools import cached_property
 import gradio as gr
 
 import viz
+from eagle2.cycle.trace import DEVICE_NAME
 from eagle2.policies.registry import HARDWARE_AWARE
 
 from .view import View, cut_series
@@ -110,7 +111,10 @@ class At:
         why = viz.measured_why(self.main, self.others)
         if why is None:
             why = viz.price_run(self.main, self.here) if self.here else None
-        return viz.metrics_html(viz.metrics(self.main, self.others), lossy, suggest=HARDWARE_AWARE, why=why)
+        # a race recorded elsewhere (Record on the GPU) was timed on its device, not on this machine
+        where = v.meta.get(DEVICE_NAME) or "this machine"
+        return viz.metrics_html(viz.metrics(self.main, self.others), lossy, suggest=HARDWARE_AWARE, why=why,
+                                where=where)
 
     def tokens(self) -> str:
         hl = self.st.cycle if (self.st is not None and not self.latest) else None

@@ -6,11 +6,13 @@ from pathlib import Path
 import gradio as gr
 from fastapi.routing import APIRoute
 
+from eagle2 import config
 from eagle2.errors import UserError
 from viz.tokens import TOKEN_CSS
 
-from .dashboard import OPEN, render
-from .handlers import REPLAY_SOURCE, Explain, live_status, trace_info
+from . import gpu_record
+from .dashboard import ACCEPT, OPEN, render
+from .handlers import REPLAY_SOURCE, Explain, Replay, live_status, trace_info
 from .classroom import CLASSROOM, MARK_ROUTE, mark_route
 from .model import MODEL
 from . import session as live_sessions
@@ -24,6 +26,7 @@ TITLE = "EAGLE-2, step by step"
 HEADER = (f"<h1>{TITLE}</h1><p>Speculative decoding with a context-aware dynamic draft tree: a small draft "
           "head proposes a tree of tokens, the target model checks them all in one forward pass and keeps the "
           "longest correct path.</p>")
+QUEUE_ON_ZERO_GPU = 1024   # events waiting at once on a ZeroGPU Space (elsewhere Gradio's: no bound)
 THEME = dict(primary_hue="blue", neutral_hue="slate", font=["Inter", "Segoe UI", "Helvetica", "Arial", "sans-serif"])
 
 
@@ -67,13 +70,17 @@ def build_app(preload_trace: bool = True, device: str | None = None) -> gr.Block
         model_md = gr.HTML(MODEL.info_md(), elem_id="modelinfo")
         timer = gr.Timer(1.0)
 
-        with gr.Tabs(selected="live"):
+        with gr.Tabs(selected="live") as tabs:
             with gr.Tab("Live", id="live"):
-                build_live_tab(sess, init_dash, init_status, device, init_view, page=demo)
+                live_c, _ = build_live_tab(sess, init_dash, init_status, device, init_view, page=demo)
             with gr.Tab("Replay", id="replay"):
-                build_replay_tab(rview, traces, init_dash, init_info)
+                replay_c, replay_out = build_replay_tab(rview, traces, init_dash, init_info)
             with gr.Tab("Explain a cycle", id="explain"):
                 build_explain_tab(sess, rview, init_ex)
+        # "Record on the GPU" (Live) draws its trace into Replay and selects that tab
+        gpu_record.wire(live_c["gpu_record"], live_c["gpu_line"], tabs, Replay(replay_out),
+                        [live_c[n] for n in ("prompt", "max_new_tokens", "temperature", "top_p", "seed")]
+                        + [replay_c[n] for n in ("colour_by", "show_dropped", "panels")] + [replay_out[ACCEPT]])
 
         timer.tick(model_status, None, [model_md, timer], show_progress="hidden")
         demo.load(on_page_load, None, [model_md, timer], show_progress="hidden")
@@ -103,7 +110,10 @@ def launch(host: str | None = None, port: int | None = None, concurrency: int = 
     """Build and serve the page (block=False returns at once: tests; close with demo.close()). A
     host or port left None is Gradio's choice (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, as on a Space)."""
     demo = build_app()
-    demo.queue(default_concurrency_limit=max(1, concurrency))
+    # Gradio's queue holds any number of waiting events, except on a ZeroGPU Space, where it holds
+    # one unless told: a class's second Step would be turned away. There the page decodes on the CPU.
+    demo.queue(default_concurrency_limit=max(1, concurrency),
+               max_size=QUEUE_ON_ZERO_GPU if config.current().zero_gpu else None)
     # the classroom's mark route sits beside Gradio's own routes, before them (ui/classroom.py)
     classroom_routes = [APIRoute(MARK_ROUTE, mark_route, methods=["GET"], include_in_schema=False)]
     demo.launch(server_name=host, server_port=port, ssr_mode=False, show_error=True, css=CSS,

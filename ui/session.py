@@ -11,16 +11,15 @@ from collections import OrderedDict
 
 import viz
 from eagle2 import config
-from eagle2.decoding.race import Race, RaceSettings
+from eagle2.decoding.race import ROLES, Race, RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.devices import device_kind as engine_device_kind
 from eagle2.errors import UserError
 from viz.charts import Series, extend_series
 from viz.charts import series as make_series
-from viz.whatif import PLAIN_ROLE
 
 from .model import MODEL
-from .view import VIZ_KEY, View
+from .view import View
 
 # The engine's own defaults, whatever the device: what the shipped traces record (ui/traces.py).
 # The page's controls start at defaults(), which depend on the device the page was launched for.
@@ -145,7 +144,7 @@ class Session:
         last view (a tick costs the same at cycle 5 and at cycle 500); the view gets copies."""
         r = self.race
         series = []
-        for i, (d, label, role) in enumerate(zip(r.decoders, r.labels(), ("main", "compare", PLAIN_ROLE))):
+        for i, (d, label, role) in enumerate(zip(r.decoders, r.labels(), ROLES)):
             cached = self._series.get(i)
             if cached is None or cached[0] is not d:   # a new run (Reset, another prompt)
                 cached = self._series[i] = (d, make_series(label, [], role), 0)
@@ -161,11 +160,7 @@ class Session:
 
     def export(self) -> Trace:
         """The main decoder's trace, with the other decoders' series and the previews in meta."""
-        r, v = self.race, self.view()
-        meta = dict(r.main.trace.meta)
-        meta[VIZ_KEY] = {"series": v.series[1:], "previews": [p.to_dict() for p in r.previews.values()],
-                         "compare_policy": r.cmp.policy_name}
-        return Trace(meta=meta, steps=list(r.main.trace.steps))
+        return self.race.export()
 
 
 class LivePool:

@@ -129,16 +129,6 @@ RECORDINGS = [
 ]
 
 
-def _round_floats(x, digits: int = 4):
-    if isinstance(x, float):
-        return float(f"{x:.{digits}g}")
-    if isinstance(x, list):
-        return [_round_floats(v, digits) for v in x]
-    if isinstance(x, dict):
-        return {k: _round_floats(v, digits) for k, v in x.items()}
-    return x
-
-
 def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, only=None) -> list[Path]:
     """Record the shipped traces (the default race: main policy + comparison preview + comparison
     and plain series) with `bundle`."""
@@ -156,9 +146,8 @@ def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, 
             sess.tick()
         tr = sess.export()
         tr.meta[VIZ_KEY].update(title=title, category=cat, recorded=time.strftime("%Y-%m-%d"))
-        data = _round_floats(json.loads(tr.to_json()))
         path = out_dir / fname
-        path.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+        path.write_text(tr.to_json(digits=4), encoding="utf-8")
         TRACES.load(path)  # must load back
         print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(tr.steps)} cycles, "
               f"tau {sess.race.main.tau:.2f})", flush=True)

@@ -4,7 +4,7 @@ A *series* (`Series`) is one decoder's progress, a dict so it can be stored in a
 replayed without the decoder; its keys are the trace's (eagle2/cycle/series.py): "label", "role",
 "policy", "tokens", "wall_s", "forwards", "accepted" always, plus what pricing a run needs
 (viz/whatif.py, PRICING). Series recorded before the pricing keys existed lack them; everything
-but the what-if works without.
+but the what-if works without. The engine builds them from a decoder's steps (`series`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from eagle2.cycle.trace import PER_CYCLE, PHASES, PRICING, Series, split_of
+from eagle2.cycle.trace import PER_CYCLE, PRICING, Series, extend_series, series, verified  # noqa: F401  (the page builds series here)
 
 from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
@@ -23,46 +23,6 @@ from .tree_graph import empty_figure
 def priced(s: Series) -> bool:
     """Whether the series carries the per-cycle figures pricing needs (PRICING)."""
     return all(k in s for k in PRICING)
-
-
-def verified(step) -> int:
-    """Tokens the target verified in this step's forward, root included: sum(kept) of a drafted
-    tree, 1 for a plain-decoding step, 0 for the prefill (priced apart from the cycles)."""
-    if step.tree is not None:
-        return int(sum(step.tree.kept))
-    return 0 if step.cycle == 0 else 1
-
-
-def series(label: str, steps, role: str = "main") -> Series:
-    """The series of a run's steps (StepTraces of one decoder, cycle 0 first)."""
-    s = Series(label=label, role=role, policy=label, tokens=[], wall_s=[], forwards=[], accepted=[],
-               finished=None, verified=[], draft_calls=[], verify_s=[], draft_s=[], phases=[])
-    return extend_series(s, list(steps), 0)
-
-
-def extend_series(s: Series, steps: list, start: int) -> Series:
-    """Append steps[start:] to `s` (built from steps[:start]), in place: a live run adds each new
-    cycle once instead of rebuilding its series from every step on every tick. Draft calls: the
-    tree's own count, else the growth of the cumulative one (traces recorded before trees kept it)."""
-    prev = int(steps[start - 1].cumulative["draft_calls"]) if start else 0
-    for st in steps[start:]:
-        cum = int(st.cumulative["draft_calls"])
-        own = st.tree.draft_calls if st.tree is not None else 0
-        s["tokens"].append(int(st.cumulative["tokens"]))
-        s["wall_s"].append(float(st.cumulative["wall_s"]))
-        s["forwards"].append(int(st.cumulative["target_forwards"]))
-        if st.tree is not None:
-            s["accepted"].append(int(st.accepted_len))
-        s["verified"].append(verified(st))
-        s["draft_calls"].append(int(own) if own else max(0, cum - prev))
-        s["verify_s"].append(float(st.timings["verify_s"]))
-        s["draft_s"].append(float(st.timings["draft_s"]))
-        split = split_of(st.timings)
-        s.setdefault("phases", []).append(None if split is None else [split[p] for p in PHASES])
-        prev = cum
-    if steps:
-        s["policy"], s["finished"] = steps[0].policy, steps[-1].finished
-    return s
 
 
 def truncate(s: Series, n_cycles: int) -> Series:
@@ -161,11 +121,12 @@ def lossy_summary(steps) -> dict | None:
             "max_shift": max(float(d["max_shift"]) for d in deps)}
 
 
-def why_line(why: dict | None = None) -> str:
+def why_line(why: dict | None = None, where: str = "this machine") -> str:
     """One line on why the speedup in forwards is not the wall-clock one. `why`: the main
     decoder's cycles as measured against plain's (viz.phase_chart.measured_why), or its run priced
-    with this machine's price table (viz.whatif.price_run), adds its numbers."""
-    line = ("<b>Why the two differ:</b> on this machine a cycle's verification of N tokens costs "
+    with this machine's price table (viz.whatif.price_run), adds its numbers. `where`: the machine
+    the run was timed on (a recorded race names its device)."""
+    line = (f"<b>Why the two differ:</b> on {where} a cycle's verification of N tokens costs "
             "t(N)/t(1) times one token's forward, plus drafting")
     if why and why["cycles"] and why["speedup"] is not None and why.get("measured"):
         line += (f": here, as measured, N ≈ {why['mean_n']:.0f} took {why['verify_per_cycle']:.1f}× plain's "
@@ -178,12 +139,14 @@ def why_line(why: dict | None = None) -> str:
     return line + "."
 
 
-def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None, why: dict | None = None) -> str:
+def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None, why: dict | None = None,
+                 where: str = "this machine") -> str:
     """Metric cards: speedups first (big; wall-clock on this machine and in target forwards), the
     line on why they differ, then one line per decoder; `lossy` = {decoder label: lossy_summary}
     adds a warning card for decoders whose output is not exactly the target's; `suggest` names a
     policy that sizes its tree from measured costs, offered when the main decoder runs slower
-    than plain; `why` (see why_line) puts this run's numbers in the line."""
+    than plain; `why` (see why_line) puts this run's numbers in the line; `where` names the
+    machine the wall clock ran on (a recorded race's device)."""
     main = m["decoders"][0]
     cards = []
     for label, lo in (lossy or {}).items():
@@ -202,7 +165,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
                      f'<div class="mlab" style="flex-basis:100%"><b>{main["decoder"]}</b> vs {label}: speedup</div>'
                      f'<div {pair} title="tokens per second of {main["decoder"]} / tokens per second of {label}, '
                      f'at the same number of tokens, each timed on its own work"><div class="mval">{val}</div>'
-                     f'<div class="mlab"><small>wall clock,<br>this machine</small></div></div>'
+                     f'<div class="mlab"><small>wall clock,<br>{where}</small></div></div>'
                      f'<div {pair} title="target forward passes {label} needed / forward passes {main["decoder"]} '
                      f'needed, for the same tokens: what the tree buys on any hardware (against plain decoding: '
                      f'tau)"><div class="mval" style="color:#374151">{fval}</div>'
@@ -216,7 +179,7 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
                      'sizes the tree from measured costs.</small></div></div>')
     if m["speedups"] and main["cycles"]:
         cards.append(f'<div class="mcard why" style="flex-basis:100%;padding:4px 12px">'
-                     f'<div class="mlab">{why_line(why)}</div></div>')
+                     f'<div class="mlab">{why_line(why, where)}</div></div>')
     for d in m["decoders"]:
         cards.append(
             f'<div class="mcard" title="tau: generated tokens per target forward pass (plain decoding: 1)">'

@@ -7,6 +7,8 @@ A dict so it is stored and replayed as it is: "label", "role", "policy", "tokens
 "draft_s". Those lists have one entry per cycle (cycle 0 = prefill), "accepted" one per drafted
 cycle. Series recorded before the pricing keys existed lack them; everything but the what-if works
 without. Read from a file, every number is finite and every list as long as the cycles it counts.
+Built here from a decoder's steps (`series`, `extend_series`): the engine records a race's trace
+with them (decoding/race.py), the page and the charts read them.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, with_config
 from typing_extensions import TypedDict   # pydantic reads typing's own only from Python 3.12
 
+from ..phases import PHASES, split_of
 from .checked import OPEN, AcceptedCount, broken
 
 Seconds = Annotated[float, Field(allow_inf_nan=False)]   # the charts scale their axes by these
@@ -58,3 +61,43 @@ def _cycle_by_cycle(s: Series) -> Series:
 
 
 RecordedSeries = Annotated[Series, AfterValidator(_cycle_by_cycle)]   # a series as a trace file holds it
+
+
+def verified(step) -> int:
+    """Tokens the target verified in this step's forward, root included: sum(kept) of a drafted
+    tree, 1 for a plain-decoding step, 0 for the prefill (priced apart from the cycles)."""
+    if step.tree is not None:
+        return int(sum(step.tree.kept))
+    return 0 if step.cycle == 0 else 1
+
+
+def series(label: str, steps, role: str = "main") -> Series:
+    """The series of a run's steps (StepTraces of one decoder, cycle 0 first)."""
+    s = Series(label=label, role=role, policy=label, tokens=[], wall_s=[], forwards=[], accepted=[],
+               finished=None, verified=[], draft_calls=[], verify_s=[], draft_s=[], phases=[])
+    return extend_series(s, list(steps), 0)
+
+
+def extend_series(s: Series, steps: list, start: int) -> Series:
+    """Append steps[start:] to `s` (built from steps[:start]), in place: a live run adds each new
+    cycle once instead of rebuilding its series from every step on every tick. Draft calls: the
+    tree's own count, else the growth of the cumulative one (traces recorded before trees kept it)."""
+    prev = int(steps[start - 1].cumulative["draft_calls"]) if start else 0
+    for st in steps[start:]:
+        cum = int(st.cumulative["draft_calls"])
+        own = st.tree.draft_calls if st.tree is not None else 0
+        s["tokens"].append(int(st.cumulative["tokens"]))
+        s["wall_s"].append(float(st.cumulative["wall_s"]))
+        s["forwards"].append(int(st.cumulative["target_forwards"]))
+        if st.tree is not None:
+            s["accepted"].append(int(st.accepted_len))
+        s["verified"].append(verified(st))
+        s["draft_calls"].append(int(own) if own else max(0, cum - prev))
+        s["verify_s"].append(float(st.timings["verify_s"]))
+        s["draft_s"].append(float(st.timings["draft_s"]))
+        split = split_of(st.timings)
+        s.setdefault("phases", []).append(None if split is None else [split[p] for p in PHASES])
+        prev = cum
+    if steps:
+        s["policy"], s["finished"] = steps[0].policy, steps[-1].finished
+    return s

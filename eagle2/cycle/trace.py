@@ -29,7 +29,8 @@ from typing_extensions import TypedDict   # pydantic reads typing's own only fro
 from ..errors import UserError
 from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
 from .checked import CHECKED, OPEN, AcceptedCount, Number, broken
-from .series import PER_CYCLE, PRICING, RecordedSeries, Series  # noqa: F401  (viz reads the series type here)
+from .series import (PER_CYCLE, PRICING, RecordedSeries, Series, extend_series, series,  # noqa: F401  (viz reads
+                     verified)                       # the series type and its builders here)
 from .tree import DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"
@@ -39,6 +40,7 @@ READABLE = (SCHEMA, SCHEMA_V1)
 TIMINGS = ("draft_s", "verify_s", "commit_s", "total_s")
 TOTALS = ("tokens", "target_forwards", "wall_s", "draft_calls")  # StepTrace.cumulative: the run's totals
 VIZ_KEY = "viz"   # the meta key holding the race's comparison and plain series and its previews
+DEVICE_NAME = "device_name"   # meta: the GPU's (or CPU's) model a recorded race ran on (decoding/recorded_race.py)
 MAX_NESTING = 32  # a trace nests 7 deep; far deeper JSON would overflow Python's recursion later
 
 
@@ -110,11 +112,26 @@ class Trace(Generic[R]):
     meta: dict[str, Any]
     steps: list[StepTrace[R]] = field(default_factory=list)
 
-    def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA, **_dumper(Trace).dump_python(self)})
+    def to_json(self, digits: int | None = None) -> str:
+        """The trace file's text; with `digits`, compact and every float to that many significant
+        digits (a shipped or recorded trace: a third of the size, the same figures)."""
+        data = {"schema": SCHEMA, **_dumper(Trace).dump_python(self)}
+        if digits is None:
+            return json.dumps(data)
+        return json.dumps(_rounded(data, digits), separators=(",", ":"))
 
     def save(self, path) -> None:
         Path(path).write_text(self.to_json())
+
+
+def _rounded(x, digits: int):
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, (list, tuple)):
+        return [_rounded(v, digits) for v in x]
+    if isinstance(x, dict):
+        return {k: _rounded(v, digits) for k, v in x.items()}
+    return x
 
 
 @with_config(OPEN)
@@ -143,6 +160,7 @@ class Meta(TypedDict, Generic[R], total=False):
     model: str | None
     head: str | None
     device: str | None
+    device_name: str | None          # DEVICE_NAME: the device's model, where the recorder said it
     dtype: str | None
     prompt_text: str | None
     policy: dict[str, Any] | None    # its name and parameters

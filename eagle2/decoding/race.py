@@ -11,13 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..cycle.sampling import SamplingParams
-from ..cycle.trace import StepTrace
+from ..cycle.trace import VIZ_KEY, StepTrace, Trace, series
 from ..errors import UserError, check
 from ..model.timing import verify_profile
 from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
 from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder
+
+# Each decoder's role in the race, in the order of Race.decoders (a trace's series say which is which)
+ROLES = ("main", "compare", PLAIN)
 
 # (name, total tokens, depth, top k) of every policy built so far: valid, as a policy's checks
 # read only its parameters. Settings read again at every Step are then not built just to be checked.
@@ -161,3 +164,13 @@ class Race:
     def labels(self) -> tuple[str, str, str]:
         a, b = self.main.policy_name, self.cmp.policy_name
         return a, (b if b != a else f"{b} (compare)"), PLAIN
+
+    def export(self) -> Trace:
+        """The race as one trace: the main decoder's steps, with the other decoders' series and the
+        comparison's previews in meta[VIZ_KEY] (what Replay draws beside the main decoder)."""
+        meta = dict(self.main.trace.meta)
+        others = [series(label, d.trace.steps, role)
+                  for d, label, role in list(zip(self.decoders, self.labels(), ROLES))[1:]]
+        meta[VIZ_KEY] = {"series": others, "previews": [p.to_dict() for p in self.previews.values()],
+                         "compare_policy": self.cmp.policy_name}
+        return Trace(meta=meta, steps=list(self.main.trace.steps))

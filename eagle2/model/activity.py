@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 
@@ -45,6 +46,12 @@ class Activity(contextlib.ContextDecorator):
         with self._lock:
             return None if self.in_flight else self.started
 
+    def after_fork(self) -> None:
+        """In a forked child (a ZeroGPU worker runs in one): a new lock, since the parent's may have
+        been held at the fork by a thread the child does not have, and nothing in flight."""
+        self._lock = threading.Lock()
+        self.in_flight = 0
+
     def quiet_since(self, mark: int | None) -> bool:
         """Whether nothing has decoded since `mark` (nothing in flight then, none started since)."""
         with self._lock:
@@ -52,3 +59,5 @@ class Activity(contextlib.ContextDecorator):
 
 
 DECODING = Activity()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=DECODING.after_fork)

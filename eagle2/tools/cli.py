@@ -1,4 +1,4 @@
-"""`python -m eagle2 generate|fetch|bench|tau|profile|compile ...`: the command-line entry points.
+"""`python -m eagle2 generate|fetch|bench|tau|profile|compile|record ...`: the command-line entry points.
 Training a draft head and writing its prompts are the training package's own commands:
 `python -m eagle2_train train|prompts ...`.
 
@@ -18,7 +18,7 @@ from ..policies.registry import default_policy
 from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
                     apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
 
-TOOLS = ("bench", "tau", "profile", "compile")  # sub-commands with parsers of their own
+TOOLS = ("bench", "tau", "profile", "compile", "record")  # sub-commands with parsers of their own
 # The training package sits above the engine, which never imports it: its commands have their own entry point.
 TRAINING = ("train", "prompts")
 
@@ -31,6 +31,8 @@ def run_tool(name: str, argv: list[str]) -> int:
         from .tau import main
     elif name == "profile":
         from .profile import main
+    elif name == "record":
+        from .record import main
     else:
         from .compile import main
     return main(argv)

@@ -9,6 +9,7 @@ from eagle2.policies.registry import names as policy_names
 from .. import handlers as h
 from ..classroom import MARK_ROUTE, OFF
 from ..dashboard import ACCEPT, DASH, OPEN, build_dashboard
+from ..gpu_record import where as gpu_where
 from ..help import HELP, policy_help, preset_label, presets_help
 from ..session import defaults, device_kind
 from ..traces import load_examples
@@ -78,6 +79,15 @@ def build_buttons(c: dict) -> None:
         c["run"] = gr.Button("Run", variant="secondary", elem_id="run-btn", min_width=70)
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=70)
         c["reset"] = gr.Button("Reset", elem_id="reset-btn", min_width=70)
+
+
+def build_gpu_record(c: dict) -> None:
+    """"Record on the GPU" and the line beside it (where a record would run, then how the last one
+    went), into `c`; page.py wires it to the Replay tab (ui/gpu_record.py)."""
+    with gr.Column(elem_id="gpu-record", elem_classes=["side-gpu"]):
+        with gr.Row(elem_classes=["controls"]):
+            c["gpu_record"] = gr.Button("Record on the GPU", elem_id="gpu-record-btn", size="sm", min_width=140)
+        c["gpu_line"] = gr.Markdown(gpu_where(), elem_id="gpu-line")
 
 
 def build_classroom(c: dict) -> None:
@@ -161,6 +171,7 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
                               elem_classes=["side-prompt", "narrow-collapsible"]):
                 build_prompt(c, list(ex_map), first_example(ex_map))
             build_buttons(c)
+            build_gpu_record(c)
             with gr.Accordion("Classroom: present or follow", open=False, elem_id="live-classroom",
                               elem_classes=["side-classroom"]):
                 build_classroom(c)
