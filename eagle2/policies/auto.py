@@ -148,7 +148,7 @@ class AutoBudgetPolicy(Eagle2Policy):
         spent = now - self._t0
         vals = self._pool_values(tree)
         _, best = best_rate(vals, spent, self._tn, self.total_tokens)
-        beam = np.exp(beam_values.double().numpy())
+        beam = np.exp(beam_values.double().cpu().numpy())
         ranks = self.rank_prob if self.rank_prob is not None else self._root_ranks
         for w in WIDTHS:
             if w > len(beam):
@@ -170,7 +170,7 @@ class AutoBudgetPolicy(Eagle2Policy):
         # before any call of its own, a call costs what the head took for the root's reading, and
         # a child of rank r is as likely as the root's own
         self._call_guess = runner.root_seconds
-        root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().numpy())
+        root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().cpu().numpy())
         self._root_ranks = np.pad(root_top, (0, self.top_k - len(root_top)))
         self._explore_depth = self.learn_costs and self.stats["cycles"] % EXPLORE_EVERY == EXPLORE_EVERY // 4
         tree = super().draft(runner, root)
