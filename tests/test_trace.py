@@ -73,6 +73,7 @@ def test_schema_v1_traces_still_load():
 # ---------------------------------------------------------------- typed validation of trace files
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.json"))
+RACE = ROOT / "assets" / "traces" / "math-greedy.json"   # a CPU race the rules below edit
 
 
 def good() -> dict:
@@ -163,7 +164,7 @@ def test_shipped_traces_load_and_write_back_the_same_bytes(path):
 def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
     """A v1 trace as the v1 recorder wrote it: policy facts in the tree's `extra`, no record, series
     without the pricing keys, previews with empty totals; it loads, replays and passes the upload."""
-    d = json.loads(SHIPPED[0].read_text(encoding="utf-8"))
+    d = json.loads(RACE.read_text(encoding="utf-8"))
     d["schema"] = "eagle2-viz/trace/v1"
     for st in d["steps"] + d["meta"]["viz"]["previews"]:
         t = st["tree"]
@@ -186,7 +187,7 @@ def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
 
 def test_an_upload_with_a_bad_field_says_where(tmp_path):
     from ui.traces import read_upload
-    d = json.loads(SHIPPED[0].read_text(encoding="utf-8"))
+    d = json.loads(RACE.read_text(encoding="utf-8"))
     d["steps"][3]["tree"]["parents"][5] = "x"
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(d), encoding="utf-8")
@@ -198,8 +199,8 @@ def test_an_upload_with_a_bad_field_says_where(tmp_path):
 
 # ---------------------------------------------------------------- the rules beyond the field types
 def race_edited(change) -> dict:
-    """The first shipped trace (it records the race: series and previews), changed."""
-    d = json.loads(SHIPPED[0].read_text(encoding="utf-8"))
+    """A shipped trace (it records the race: series and previews), changed."""
+    d = json.loads(RACE.read_text(encoding="utf-8"))
     change(d)
     return d
 

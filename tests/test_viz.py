@@ -571,7 +571,7 @@ def test_explain_phases(steps):
 # ---------------------------------------------------------------- shipped traces
 def test_shipped_traces_replay():
     files = sorted((ROOT / "assets" / "traces").glob("*.json"))
-    assert 2 <= len(files) <= 3, "ship 2-3 recorded traces in assets/traces"
+    assert 2 <= len(files) <= 5, "ship 2-5 recorded traces in assets/traces (three on a CPU, two on a GPU)"
     for f in files:
         assert f.stat().st_size < 3_000_000, f"{f.name} is too big to ship"
         tr = TRACES.load(f)

@@ -76,9 +76,15 @@ def record(prompt: str, device: str = "cuda", target: str | None = None, head: s
     tr.meta[RECORD_KEY] = costs
     tr.meta[DEVICE_NAME] = name
     tr.meta[SECONDS] = {"load": t1 - t0, "costs": t2 - t1, "race": t3 - t2}
-    tr.meta[VIZ_KEY].update(title=f"Recorded on {name}: {main} vs {compare}", category=device_kind(device).upper(),
-                            recorded=time.strftime("%Y-%m-%d"))
+    tr.meta[VIZ_KEY].update(title=f"Recorded on {name}: {main} vs {compare}, {prompt_words(prompt)}",
+                            category=device_kind(device).upper(), recorded=time.strftime("%Y-%m-%d"))
     return tr
+
+
+def prompt_words(prompt: str, words: int = 5) -> str:
+    """A prompt's first words, quoted: what tells two recordings on one device apart in a list."""
+    w = prompt.split()
+    return '"' + " ".join(w[:words]) + ("..." if len(w) > words else "") + '"'
 
 
 def decoders_of(tr: Trace) -> list[dict]:

@@ -347,6 +347,12 @@ class QuantizedLlama(LlamaModel):
     def isa(self) -> str:
         return ISAS.get(self.lib.qf_isa(), "?")
 
+    @property
+    def kernels_id(self) -> str:
+        """The dot products that run and the kernels' build (their sources' hash): what a t(N)
+        table measured on them is keyed by, so that new kernels are timed anew."""
+        return f"{self.isa} {Path(self.lib._name).parent.name}"
+
     def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None,
              logits: torch.Tensor | None = None, prof: torch.Tensor | None = None):
         """LlamaModel._run in the kernels; with `logits` [T, vocab], the LM head of every row too,

@@ -136,7 +136,7 @@ def _cache_key(bundle, full: bool | None = None) -> str:
     compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
     if full and bundle.target.aux_layers:  # EAGLE-3's packages: their own timings
         compiled += f"|aux {','.join(map(str, bundle.target.aux_layers))}"
-    kernels = getattr(bundle.target, "isa", None)   # the q4_1 forward's dot products (quantized.py)
+    kernels = getattr(bundle.target, "kernels_id", None)   # the q4_1 forward's dot products and build (quantized.py)
     precision = (bundle.precision or str(bundle.dtype)) + (f" {kernels}" if kernels else "")
     return (f"{bundle.name}|{bundle.device.type}|{precision}|torch {torch.__version__}|"
             f"{torch.get_num_threads()}t{packed}{compiled}")
