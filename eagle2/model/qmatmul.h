@@ -170,9 +170,10 @@ QF_VNNI512 void groups512(const QMat& w, int g0, int g1, const QRows& x, float* 
                             if constexpr (VNNI) {                                                         \
                                 is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], lo[c], xl);                  \
                                 is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], hi[c], xh);                  \
-                            } else {                                                                      \
+                            } else { /* the sum kept in order: reassociated, the products wait  */   \
                                 is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(lo[c], xl));   \
                                 is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(hi[c], xh));   \
+                                __asm__("" : "+x"(is[r][c])); /* in registers and spill */                 \
                             }                                                                             \
                         }                                                                                 \
                     }                                                                                     \
@@ -195,6 +196,7 @@ QF_VNNI512 void groups512(const QMat& w, int g0, int g1, const QRows& x, float* 
                             } else {                                                                      \
                                 const __m256i p = _mm256_maddubs_epi16(uv[c], _mm256_sign_epi8(xv, wv[c])); \
                                 is[r][c] = _mm256_add_epi32(is[r][c], _mm256_madd_epi16(p, ones));        \
+                                __asm__("" : "+x"(is[r][c]));                                             \
                             }                                                                             \
                         }                                                                                 \
                     }                                                                                     \
