@@ -13,6 +13,7 @@ inside its first Step). A table and its reading at any N: verify_times.py.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import statistics
@@ -323,10 +324,11 @@ class LiveVerifyTimes:
         if not live:
             return prior
         out = dict(live)
+        observed = sorted(live)
         for g, v in prior.items():
-            below = [n for n in live if n < g]
             if g not in live:
-                out[g] = v * live[max(below)] / self.prior.t(max(below)) if below else v
+                i = bisect.bisect_left(observed, g)  # observed[i - 1]: the nearest observed N below g
+                out[g] = v * live[observed[i - 1]] / self.prior.t(observed[i - 1]) if i else v
         return dict(sorted(out.items()))
 
     def t(self, n):

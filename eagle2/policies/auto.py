@@ -32,7 +32,7 @@ from ..model.timing import LiveVerifyTimes, prior_times
 from .eagle2 import Eagle2Policy
 
 EXPLORE_EVERY = 16
-WIDTHS = (1, 2, 3, 4, 6, 8, 12, 16)   # beam widths the budget weighs (those up to top_k)
+WIDTHS = (1, 2, 4, 8, 16)   # beam widths the budget weighs (those up to top_k, and top_k itself)
 
 
 def best_rate(values: np.ndarray, spent_s: float, t, max_n: int = 1 << 30) -> tuple[int, float]:
@@ -56,16 +56,20 @@ class CallPrices:
     def __init__(self, decay: float = 0.2):
         self.decay = decay
         self.by_width: dict[int, float] = {}
+        self._table = None   # (widths, seconds) sorted, for reading
 
     def observe(self, width: int, seconds: float) -> None:
         old = self.by_width.get(width)
         self.by_width[width] = seconds if old is None else (1 - self.decay) * old + self.decay * seconds
+        self._table = None
 
     def price(self, width: int, fallback: float) -> float:
         if not self.by_width:
             return fallback
-        ws = sorted(self.by_width)
-        return float(np.interp(width, ws, [self.by_width[w] for w in ws]))
+        if self._table is None:
+            ws = sorted(self.by_width)
+            self._table = (ws, [self.by_width[w] for w in ws])
+        return float(np.interp(width, *self._table))
 
     def mean(self) -> float:
         return float(np.mean(list(self.by_width.values()))) if self.by_width else 0.0
@@ -150,14 +154,14 @@ class AutoBudgetPolicy(Eagle2Policy):
         _, best = best_rate(vals, spent, self._tn, self.total_tokens)
         beam = np.exp(beam_values.double().cpu().numpy())
         ranks = self.rank_prob if self.rank_prob is not None else self._root_ranks
-        for w in WIDTHS:
-            if w > len(beam):
-                break
-            predicted = (beam[:w, None] * ranks[None, : self.top_k]).ravel()
-            _, rate = best_rate(np.concatenate([vals, predicted]), spent + self.prices.price(w, self._call_guess),
-                                self._tn, self.total_tokens)
+        children = beam[:, None] * ranks[None, : self.top_k]   # each beam node's children, predicted
+        for w in sorted({min(w, len(beam)) for w in WIDTHS}):
+            _, rate = best_rate(np.concatenate([vals, children[:w].ravel()]),
+                                spent + self.prices.price(w, self._call_guess), self._tn, self.total_tokens)
             if rate > best:
                 best, self._width = rate, w
+            elif self._width:  # past the best width the rate only falls (each node adds less than the last)
+                break
         if self._width == 0 and self._explore_depth and level == 1:
             self._width = 1  # every EXPLORE_EVERY cycles one call at least: its price and ranks, re-measured
         return self._width
