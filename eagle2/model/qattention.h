@@ -182,7 +182,7 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
                           float scale, float* scores, size_t stride, float* acc, float* kbuf) {
     constexpr int hd = 8 * LANES;
     const __m256 vscale = _mm256_set1_ps(scale);
-    const bool convert = nq > 1;  // converting once pays when several queries read the keys
+    const bool convert = nq > 2;  // converting once pays when several queries read the keys
     if (!convert) shared = 0;
     for (int c0 = 0; c0 < shared; c0 += KEY_CHUNK) {  // the shared keys' scores, each key converted once
         const int count = std::min(KEY_CHUNK, shared - c0);
