@@ -4,8 +4,8 @@
 //
 // A kernel computes a tile of R rows x C output vectors over the whole K: each weight block is
 // loaded and its nibbles split once for the R rows (the rows of a tree cost integer work, not
-// weight reads), and each row's 4 bytes are broadcast once for the C vectors. The tile's int32
-// sums of a block stay in registers, then its float sequence runs per (row, output):
+// weight reads), and each row's 4 bytes are broadcast once for the C vectors (C = 1 for 512 bits).
+// The tile's int32 sums of a block stay in registers, then its float sequence runs per (row, output):
 //   AVX512-VNNI: 16 outputs a vector, vpdpbusd with the row's bytes broadcast from memory;
 //   AVX-VNNI:    8 outputs a vector, vpdpbusd (VEX);
 //   AVX2:        8 outputs a vector, vpmaddubsw; Q4_1's eight products of a block summed in int16
@@ -32,94 +32,71 @@ QF_VNNI512 inline void dot512(__m512i& acc, __m512i w, const int32_t* x) {
     __asm__("vpdpbusd %1%{1to16%}, %2, %0" : "+v"(acc) : "m"(*x), "v"(w));
 }
 
-template <int R, int C, bool Q4>
-QF_VNNI512 inline void tile512(const QMat& w, int g0, const QRows& x, int r0, float* y, int ldy, bool add) {
+template <int R, bool Q4>
+QF_VNNI512 inline void tile512(const QMat& w, int g, const QRows& x, int r0, float* y, int ldy, bool add) {
     const int nb = w.K / QK, st = block_bytes(w.type);
-    const size_t gstride = (size_t)nb * st;
-    const uint8_t* base = w.data + (size_t)g0 * gstride;
+    const uint8_t* base = w.data + (size_t)g * nb * st;
     const __m512i lo4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[R][C];
+    __m512 acc[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < nb; ++b) {
         const uint8_t* blk = base + (size_t)b * st;
         const int32_t* xs = (const int32_t*)x.block(b, r0);  // row r's bytes at xs + 8 r
-        __m512i is[R][C];
+        __m512i is[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-            for (int c = 0; c < C; ++c) is[r][c] = _mm512_setzero_si512();
+        for (int r = 0; r < R; ++r) is[r] = _mm512_setzero_si512();
         if constexpr (Q4) {
 #pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
-                __m512i lo[C], hi[C];
+                const __m512i raw = _mm512_loadu_si512(blk + i * 64);
+                const __m512i lo = _mm512_and_si512(raw, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
 #pragma GCC unroll 16
-                for (int c = 0; c < C; ++c) {
-                    const __m512i raw = _mm512_loadu_si512(blk + c * gstride + i * 64);
-                    lo[c] = _mm512_and_si512(raw, lo4);
-                    hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+                for (int r = 0; r < R; ++r) {
+                    dot512(is[r], lo, xs + 8 * r + i);
+                    dot512(is[r], hi, xs + 8 * r + i + 4);
                 }
-#pragma GCC unroll 16
-                for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-                    for (int c = 0; c < C; ++c) {
-                        dot512(is[r][c], lo[c], xs + 8 * r + i);
-                        dot512(is[r][c], hi[c], xs + 8 * r + i + 4);
-                    }
             }
         } else {
 #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
-                __m512i u[C];
+                const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(blk + i * 64), flip);
 #pragma GCC unroll 16
-                for (int c = 0; c < C; ++c) u[c] = _mm512_xor_si512(_mm512_loadu_si512(blk + c * gstride + i * 64), flip);
-#pragma GCC unroll 16
-                for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-                    for (int c = 0; c < C; ++c) dot512(is[r][c], u[c], xs + 8 * r + i);
+                for (int r = 0; r < R; ++r) dot512(is[r], u, xs + 8 * r + i);
             }
         }
-#pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) {
-            const uint16_t* sc = scales_at(w, blk + c * gstride);
-            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)sc));
-            const __m512 wm = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + GROUP))) : wd;
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                const size_t xb = x.at(b, r0 + r);
-                __m512i isum = is[r][c];
-                if constexpr (!Q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * x.sum[xb]));
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, _mm512_set1_ps(x.d[xb])), acc[r][c]);
-                if constexpr (Q4) acc[r][c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[xb]), acc[r][c]);
-            }
-        }
-    }
-#pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) {
-        const int n0 = (g0 + c) * GROUP;
-        const __mmask16 m = n0 + GROUP <= w.N ? (__mmask16)0xFFFF : (__mmask16)((1u << (w.N - n0)) - 1);
-        const __m512 bias = w.bias && !add ? _mm512_maskz_loadu_ps(m, w.bias + n0) : _mm512_setzero_ps();
+        const uint16_t* sc = scales_at(w, blk);
+        const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)sc));
+        const __m512 wm = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sc + GROUP))) : wd;
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            float* yr = y + (size_t)(r0 + r) * ldy + n0;
-            const __m512 out = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr), acc[r][c])
-                                   : (w.bias ? _mm512_add_ps(acc[r][c], bias) : acc[r][c]);
-            _mm512_mask_storeu_ps(yr, m, out);
+            const size_t xb = x.at(b, r0 + r);
+            __m512i isum = is[r];
+            if constexpr (!Q4) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(128 * x.sum[xb]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, _mm512_set1_ps(x.d[xb])), acc[r]);
+            if constexpr (Q4) acc[r] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[xb]), acc[r]);
         }
+    }
+    const int n0 = g * GROUP;
+    const __mmask16 m = n0 + GROUP <= w.N ? (__mmask16)0xFFFF : (__mmask16)((1u << (w.N - n0)) - 1);
+    const __m512 bias = w.bias && !add ? _mm512_maskz_loadu_ps(m, w.bias + n0) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        float* yr = y + (size_t)(r0 + r) * ldy + n0;
+        const __m512 out = add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr), acc[r])
+                               : (w.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+        _mm512_mask_storeu_ps(yr, m, out);
     }
 }
 
-// Tiles: up to 8 rows at a time; 3 or 4 rows take two groups at once (fewer row broadcasts a group).
-// One or two rows take one group at a time: their forward streams the weights, and one stream a
-// thread reads faster than several interleaved (3-9% on a Zen 4 at one row).
+// Rows 8 at a time, each tile over the thread's groups in order, one group at a time: each thread
+// streams its weights as one sequence (tiles of several groups, which broadcast each row's bytes
+// once for more outputs, ran faster from the caches but slower from memory: 23% slower at 4 rows
+// on a Zen 4; groups outside the row tiles, 4% slower at 16 rows, whose second pass finds a
+// matrix's share in the L2/L3 anyway).
 template <int R, bool Q4>
 QF_VNNI512 void rows512(const QMat& w, int g0, int g1, const QRows& x, int r0, float* y, int ldy, bool add) {
-    constexpr int C = R == 3 || R == 4 ? 2 : 1;
-    int g = g0;
-    for (; g + C <= g1; g += C) tile512<R, C, Q4>(w, g, x, r0, y, ldy, add);
-    for (; g < g1; ++g) tile512<R, 1, Q4>(w, g, x, r0, y, ldy, add);
+    for (int g = g0; g < g1; ++g) tile512<R, Q4>(w, g, x, r0, y, ldy, add);
 }
 
 template <bool Q4>
