@@ -13,7 +13,6 @@ inside its first Step). A table and its reading at any N: verify_times.py.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import statistics
@@ -323,12 +322,14 @@ class LiveVerifyTimes:
         live = {n: statistics.median(d) for n, d in self.live.items() if d}
         if not live:
             return prior
-        out = dict(live)
-        observed = sorted(live)
-        for g, v in prior.items():
-            if g not in live:
-                i = bisect.bisect_left(observed, g)  # observed[i - 1]: the nearest observed N below g
-                out[g] = v * live[observed[i - 1]] / self.prior.t(observed[i - 1]) if i else v
+        observed = np.array(sorted(live), dtype=np.float64)
+        # each prior point scaled by live/prior at the nearest observed N below it (none: as it is)
+        scale = np.array([live[int(n)] for n in observed]) / np.asarray(self.prior.t(observed))
+        ns = np.array(list(prior), dtype=np.float64)
+        below = np.searchsorted(observed, ns) - 1
+        scaled = np.array(list(prior.values())) * np.where(below >= 0, scale[np.maximum(below, 0)], 1.0)
+        out = {int(n): float(v) for n, v in zip(ns, scaled)}
+        out.update(live)
         return dict(sorted(out.items()))
 
     def t(self, n):

@@ -49,6 +49,23 @@ def best_rate(values: np.ndarray, spent_s: float, t, max_n: int = 1 << 30) -> tu
     return best + 1, float(rate[best])
 
 
+def best_rates(pool: np.ndarray, children: np.ndarray, widths: list[int], spent_s: np.ndarray, tn: np.ndarray,
+               max_n: int) -> np.ndarray:
+    """best_rate's rate for each width w of `widths` at once: the candidates are the pool's values
+    and the children [beam, k] of the w best beam nodes (w = 0: none), the time spent_s[i] (each
+    width's call priced in). One sort for every width: the budget weighs them inside the cycle."""
+    k = children.shape[1] if children.ndim == 2 else 0
+    cols = len(pool) + max(widths) * k
+    cand = np.zeros((len(widths), cols))  # a zero adds no token and only time: never chosen over fewer
+    cand[:, : len(pool)] = pool
+    for i, w in enumerate(widths):
+        cand[i, len(pool): len(pool) + w * k] = children[:w].ravel()
+    cand = -np.sort(-cand, axis=1)
+    m = min(cols + 1, max_n)
+    cum = np.concatenate([np.zeros((len(widths), 1)), np.cumsum(cand[:, : m - 1], axis=1)], axis=1)
+    return ((1.0 + cum) / (spent_s[:, None] + tn[None, :m])).max(axis=1)
+
+
 class CallPrices:
     """A draft call's seconds by its width (rows), learnt from the calls made: a running mean per
     width, read between widths linearly and beyond them flat; before any call, `fallback`."""
@@ -150,18 +167,13 @@ class AutoBudgetPolicy(Eagle2Policy):
             self._width = len(beam_values)
             return self._width
         spent = now - self._t0
-        vals = self._pool_values(tree)
-        _, best = best_rate(vals, spent, self._tn, self.total_tokens)
         beam = np.exp(beam_values.double().cpu().numpy())
         ranks = self.rank_prob if self.rank_prob is not None else self._root_ranks
         children = beam[:, None] * ranks[None, : self.top_k]   # each beam node's children, predicted
-        for w in sorted({min(w, len(beam)) for w in WIDTHS}):
-            _, rate = best_rate(np.concatenate([vals, children[:w].ravel()]),
-                                spent + self.prices.price(w, self._call_guess), self._tn, self.total_tokens)
-            if rate > best:
-                best, self._width = rate, w
-            elif self._width:  # past the best width the rate only falls (each node adds less than the last)
-                break
+        widths = [0] + sorted({min(w, len(beam)) for w in WIDTHS})
+        spent_s = np.array([spent] + [spent + self.prices.price(w, self._call_guess) for w in widths[1:]])
+        rates = best_rates(self._pool_values(tree), children, widths, spent_s, self._tn, self.total_tokens)
+        self._width = widths[int(np.argmax(rates))]  # the first of equal rates: the narrowest, or no call
         if self._width == 0 and self._explore_depth and level == 1:
             self._width = 1  # every EXPLORE_EVERY cycles one call at least: its price and ranks, re-measured
         return self._width
