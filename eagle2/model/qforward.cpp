@@ -38,10 +38,11 @@ struct QLayer {
 struct QModel {
     int32_t D, H, KV, hd, F, L;
     float eps;
-    int32_t pad_;
+    int32_t vocab;
     const QLayer* layers;  // [L]
     const float* norm;     // [D] final norm
     QMat lm_head;
+    const float* embed;    // [vocab, D] the token embedding
 };
 
 struct QHead3 {  // the EAGLE-3 draft head's layer (Q8_0 matrices, q/k/v reading 2 x D)
@@ -290,6 +291,8 @@ const char* qf_layout() {
         add("QLayer.down", offsetof(QLayer, down));
         add("QModel", sizeof(QModel));
         add("QModel.eps", offsetof(QModel, eps));
+        add("QModel.vocab", offsetof(QModel, vocab));
+        add("QModel.embed", offsetof(QModel, embed));
         add("QModel.layers", offsetof(QModel, layers));
         add("QModel.lm_head", offsetof(QModel, lm_head));
         add("QHead3", sizeof(QHead3));
@@ -347,21 +350,33 @@ double qf_fma_peak(int threads) { return fma_peak_gflops(threads); }
 double qf_read_gbs(int64_t bytes, int threads, int repeats) { return read_gbs((size_t)bytes, threads, repeats); }
 
 // The target's forward for T new tokens written at cache slots start..start+T-1.
-//   x [T, D]: the tokens' embeddings in, the post-norm features out.
-//   cos, sin [T, hd]: the rows of the RoPE tables at the tokens' positions.
+//   tokens [T] (< vocab); x [T, D] out: the post-norm features.
+//   cos, sin [rows, hd]: the RoPE tables (a token at position p reads row p < rows).
 //   kc, vc: the cache [L, KV, cap, hd] in fp16, like llama.cpp's (the new K/V are written into it,
 //   uncommitted); attention reads half the bytes fp32 would, and rows stay independent of the batch.
 //   positions [T]; visible [T, T] (1 where new row t sees new row j: ancestors and self) or null
 //   for causal order. Every committed slot 0..start-1 is visible to every row.
-//   aux: per layer (and L for the last output) a destination [T, D] for the state entering it, or null.
+//   taps [ntaps]: layers (L: the last one's output) whose entering state goes to aux [T, ntaps D],
+//   side by side in that order (what an EAGLE-3 head reads); aux null when ntaps is 0.
 //   logits: [T, vocab] for the LM head's outputs of every row, or null.
 //   prof: [threads, qf_ops()] seconds added per op and thread, or null.
-// Returns 0, or -1 when a query would see more keys than the cache holds (a caller's bug).
-int qf_forward(const QModel* md, float* x, int T, const float* cos, const float* sin, uint16_t* kc, uint16_t* vc,
-               int cap, int start, const int64_t* positions, const uint8_t* visible, float* const* aux,
-               float* logits, int threads, double* prof) {
+// Returns 0; -1 when a query would see more keys than the cache holds (a caller's bug), -2 for a
+// token or a position outside the tables.
+int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const float* cos, const float* sin, int rows,
+               uint16_t* kc, uint16_t* vc, int cap, int start, const int64_t* positions, const uint8_t* visible,
+               const int32_t* taps, int ntaps, float* aux, float* logits, int threads, double* prof) {
     const int D = md->D, H = md->H, KV = md->KV, hd = md->hd, F = md->F;
     if (start < 0 || T < 1 || start + T > cap) return -1;
+    for (int t = 0; t < T; ++t)
+        if (tokens[t] < 0 || tokens[t] >= md->vocab || positions[t] < 0 || positions[t] >= rows) return -2;
+    std::vector<int> tap_of(md->L + 1, -1);  // the aux column of the state entering layer l
+    for (int k = 0; k < ntaps; ++k)
+        if (taps[k] >= 0 && taps[k] <= md->L) tap_of[taps[k]] = k;
+    std::vector<float> cs((size_t)T * hd), sn((size_t)T * hd);  // the rows of the tables at the positions
+    for (int t = 0; t < T; ++t) {
+        std::memcpy(cs.data() + (size_t)t * hd, cos + (size_t)positions[t] * hd, sizeof(float) * hd);
+        std::memcpy(sn.data() + (size_t)t * hd, sin + (size_t)positions[t] * hd, sizeof(float) * hd);
+    }
     std::vector<int> order(T);  // new rows by position (a stable sort: ties keep their order)
     for (int j = 0; j < T; ++j) order[j] = j;
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return positions[a] < positions[b]; });
@@ -377,22 +392,28 @@ int qf_forward(const QModel* md, float* x, int T, const float* cos, const float*
         Team tm{tid, omp_get_num_threads(), Clock(thread_prof(prof, tid)), {}};
         int lo, hi;
         tm.share(T, 1, lo, hi);  // rows
+        for (int t = lo; t < hi; ++t)
+            std::memcpy(x + (size_t)t * D, md->embed + (size_t)tokens[t] * D, sizeof(float) * D);
+        auto tap = [&](int l, int t) {
+            if (tap_of[l] >= 0)
+                std::memcpy(aux + ((size_t)t * ntaps + tap_of[l]) * D, x + (size_t)t * D, sizeof(float) * D);
+        };
         for (int l = 0; l < md->L; ++l) {
             const QLayer& ly = md->layers[l];
             for (int t = lo; t < hi; ++t) {
-                if (aux && aux[l]) std::memcpy(aux[l] + (size_t)t * D, x + (size_t)t * D, sizeof(float) * D);
+                tap(l, t);
                 rmsnorm_row(x + (size_t)t * D, ly.attn_norm, b.h.data() + (size_t)t * D, D, md->eps);
                 tm.clock.lap(OP_FLOAT);
                 quantise_row(b.h.data() + (size_t)t * D, D, t, b.attn_in);
             }
             tm.sync(OP_QUANTISE);
             attention_block(tm, Attention{&ly.q, &ly.k, &ly.v, kc + l * layer_stride, vc + l * layer_stride}, b, T, H,
-                            KV, hd, cos, sin, cap, start, start, slots, longest);
+                            KV, hd, cs.data(), sn.data(), cap, start, start, slots, longest);
             mlp_block(tm, Mlp{&ly.o, &ly.gate, &ly.up, &ly.down, ly.ffn_norm}, b, x, T, D, F, md->eps);
         }
         for (int t = lo; t < hi; ++t) {
             float* xt = x + (size_t)t * D;
-            if (aux && aux[md->L]) std::memcpy(aux[md->L] + (size_t)t * D, xt, sizeof(float) * D);
+            tap(md->L, t);
             rmsnorm_row(xt, md->norm, b.h.data() + (size_t)t * D, D, md->eps);
             std::memcpy(xt, b.h.data() + (size_t)t * D, sizeof(float) * D);
             tm.clock.lap(OP_FLOAT);

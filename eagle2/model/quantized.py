@@ -222,8 +222,8 @@ class _CLayer(ctypes.Structure):
 
 class _CModel(ctypes.Structure):
     _fields_ = [("D", _i32), ("H", _i32), ("KV", _i32), ("hd", _i32), ("F", _i32), ("L", _i32),
-                ("eps", ctypes.c_float), ("pad_", _i32), ("layers", ctypes.POINTER(_CLayer)), ("norm", _ptr_t),
-                ("lm_head", _CMat)]
+                ("eps", ctypes.c_float), ("vocab", _i32), ("layers", ctypes.POINTER(_CLayer)), ("norm", _ptr_t),
+                ("lm_head", _CMat), ("embed", _ptr_t)]
 
 
 class _CHead3(ctypes.Structure):
@@ -253,8 +253,8 @@ SIGNATURES = {
     "qf_int8_peak": ([_int, _int], _dbl),
     "qf_fma_peak": ([_int], _dbl),
     "qf_read_gbs": ([ctypes.c_int64, _int, _int], _dbl),
-    "qf_forward": ([_MODEL, _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t,
-                    ctypes.POINTER(_ptr_t), _ptr_t, _int, _ptr_t], _int),
+    "qf_forward": ([_MODEL, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t,
+                    _ptr_t, _int, _ptr_t, _ptr_t, _int, _ptr_t], _int),
     "qf_draft": ([_DRAFT, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t,
                   _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int], _int),
 }
@@ -334,9 +334,12 @@ class QuantizedLlama(LlamaModel):
             c_layers[i] = _CLayer(_owned(layer.input_layernorm.weight, keep), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
                                   _owned(layer.post_attention_layernorm.weight, keep),
                                   *[_cmat(blk[n], keep) for n in MATRICES[4:]])
+        embed = self.embed_tokens.weight.detach().float().contiguous()
+        keep.append(embed)  # the table the kernels gather from (the module's own when fp32, kept alive)
         self._c_layers, self._packed = c_layers, keep
         self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
-                                a.norm_eps, 0, c_layers, _owned(self.norm.weight, keep), _cmat(lm_head, keep))
+                                a.norm_eps, a.vocab_size, c_layers, _owned(self.norm.weight, keep), _cmat(lm_head, keep),
+                                embed.data_ptr())
 
     def weight_bytes(self) -> int:
         """What one forward streams: the blocks as a GGUF holds them and the norms."""
@@ -353,30 +356,47 @@ class QuantizedLlama(LlamaModel):
         table measured on them is keyed by, so that new kernels are timed anew."""
         return f"{self.isa} {Path(self.lib._name).parent.name}"
 
-    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None,
-             logits: torch.Tensor | None = None, prof: torch.Tensor | None = None):
-        """LlamaModel._run in the kernels; with `logits` [T, vocab], the LM head of every row too,
-        in the same call; with `prof` [threads, len(OPS)] (float64), each thread's seconds per op
-        added to it."""
-        if tokens.dim() != 2 or tokens.shape[0] != 1 or past_mask is not None or tokens.device.type != "cpu":
+    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None):
+        """LlamaModel._run in the kernels."""
+        if tokens.dim() != 2 or tokens.shape[0] != 1 or past_mask is not None:
             raise UserError("The q4_1 forward runs one sequence on the CPU; use --dtype float32 for batches.")
-        start, T = cache.length, tokens.shape[1]
-        x = self.embed_tokens(tokens[0]).float().contiguous()
-        cos, sin = (t.contiguous() for t in self.rope_at(positions.view(-1)))
-        visible = None if new_mask is None or T == 1 else new_mask.reshape(T, T).to(torch.uint8).contiguous()
-        taps, c_aux = {}, None
+        feats, taps = self._call(cache, tokens[0], positions, new_mask, aux is not None, None)
         if aux is not None:
-            taps = {i: torch.empty(T, self.args.dim) for i in self.aux_layers}
-            c_aux = (ctypes.c_void_p * (self.args.n_layers + 1))(*[_ptr(taps.get(i)) for i in range(self.args.n_layers + 1)])
-        pos = positions.view(-1).to(torch.int64).contiguous()
-        rc = self.lib.qf_forward(ctypes.byref(self._c_model), x.data_ptr(), T, cos.data_ptr(), sin.data_ptr(),
-                                 cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(),
-                                 _ptr(visible), c_aux, _ptr(logits), torch.get_num_threads(), _ptr(prof))
+            D = self.args.dim
+            aux.extend(taps[None, :, i * D:(i + 1) * D] for i in range(len(self.aux_layers)))
+        return feats[None]
+
+    @property
+    def _taps(self):
+        """`aux_layers` as the kernels read them (a C int32 array, made again when they change)."""
+        key = tuple(self.aux_layers)
+        if getattr(self, "_taps_key", None) != key:
+            self._taps_key, self._taps_c = key, (ctypes.c_int32 * max(1, len(key)))(*key)
+        return self._taps_c
+
+    def _call(self, cache: KVCache, tokens, positions, new_mask, with_taps: bool, logits: torch.Tensor | None,
+              prof: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One qf_forward: (post-norm features [T, D], the states entering `aux_layers` side by
+        side [T, len * D] or None); with `logits` [T, vocab], the LM head of every row too; with
+        `prof` [threads, len(OPS)] (float64), each thread's seconds per op added to it."""
+        if tokens.device.type != "cpu":
+            raise UserError("The q4_1 forward runs on the CPU; use --dtype float32 or bfloat16 on a GPU.")
+        start, T, D = cache.length, tokens.numel(), self.args.dim
+        toks = tokens.reshape(T).to(torch.int64)
+        pos = positions.reshape(T).to(torch.int64)
+        visible = None if new_mask is None or T == 1 else new_mask.reshape(T, T).to(torch.uint8).contiguous()
+        x = torch.empty(T, D)
+        taps = torch.empty(T, len(self.aux_layers) * D) if with_taps else None
+        rc = self.lib.qf_forward(ctypes.byref(self._c_model), toks.data_ptr(), x.data_ptr(), T, self._cos.data_ptr(),
+                                 self._sin.data_ptr(), self._cos.shape[0], cache.k.data_ptr(), cache.v.data_ptr(),
+                                 cache.max_len, start, pos.data_ptr(), _ptr(visible), self._taps,
+                                 len(self.aux_layers) if with_taps else 0, _ptr(taps), _ptr(logits),
+                                 torch.get_num_threads(), _ptr(prof))
+        if rc == -2:
+            raise UserError("A token id or a position outside the model's vocabulary or its RoPE tables.")
         if rc != 0:
             raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
-        if aux is not None:
-            aux.extend(taps[i][None] for i in self.aux_layers)
-        return x[None]
+        return x, taps
 
     @torch.no_grad()
     def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
@@ -390,10 +410,9 @@ class QuantizedLlama(LlamaModel):
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
         _, new_mask = split_masks(start, start, tree_mask, T, tokens.device)
-        aux = [] if self.aux_layers else None
         logits = torch.empty(T, self.args.vocab_size)
-        feats = self._run(cache, tokens.view(1, T), positions, None, new_mask, aux, logits, prof)[0]
-        return (feats if aux is None else torch.cat(aux, dim=-1)[0]), logits
+        feats, taps = self._call(cache, tokens, positions, new_mask, bool(self.aux_layers), logits, prof)
+        return (feats if taps is None else taps), logits
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         x = features.float().reshape(-1, self.args.dim).contiguous()
