@@ -1,4 +1,5 @@
-"""The page's race as a visitor sees it: serve `python app.py` with the compiled forward, press
+"""The page's race as a visitor sees it: serve `python app.py` at its defaults (the q4_1 forward, no
+compiled packages to build first), press
 Step N times on the default prompt in Debian's Chromium, and save what the metric cards say and
 the "Where the time goes" chart at 1440 and 390 px (ui.screenshot's helpers).
 
@@ -22,7 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    with serve_app(a.out / "server.log", timeout=300, threads=a.threads, compiled=True) as url, chromium() as browser:
+    with serve_app(a.out / "server.log", timeout=300, threads=a.threads) as url, chromium() as browser:
         ctx, page = open_page(browser, url, 1440, 1000)
         try:
             wait_model_ready(page, 400_000)

@@ -117,7 +117,7 @@ def page_split(log: dict) -> dict:
 def browser_steps(n: int, log: Path) -> list[dict]:
     from ui.screenshot import chromium, serve_app, wait_model_ready, wait_status
     out = []
-    with serve_app(log, compiled=True) as url, chromium() as browser:
+    with serve_app(log) as url, chromium() as browser:
         ctx = browser.new_context(viewport={"width": 1440, "height": 900})
         ctx.add_init_script(PAGE_PROBE)
         page = ctx.new_page()

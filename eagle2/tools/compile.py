@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     from ..errors import check
     from ..devices import is_cuda
     check(not is_cuda(a.device), "The compiled forward is built for CPU fp32; on CUDA the eager path runs.")
-    bundle = load_bundle(a.target, a.head, a.device, pack=False)
+    # the packages run the fp32 forward (`--dtype float32`): the q4_1 default runs its own kernels
+    bundle = load_bundle(a.target, a.head, a.device, dtype="float32", pack=False)
     if a.status:
         print(json.dumps(compile_report(bundle.target), indent=1))
         return 0
