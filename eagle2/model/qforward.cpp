@@ -280,31 +280,17 @@ const char* qf_layout() {
     static const std::string s = [] {
         std::string o;
         auto add = [&](const char* name, size_t v) { o += std::string(name) + "=" + std::to_string(v) + ";"; };
-        add("QMat", sizeof(QMat));
-        add("QMat.data", offsetof(QMat, data));
-        add("QMat.bias", offsetof(QMat, bias));
-        add("QMat.N", offsetof(QMat, N));
-        add("QMat.type", offsetof(QMat, type));
-        add("QLayer", sizeof(QLayer));
-        add("QLayer.q", offsetof(QLayer, q));
-        add("QLayer.ffn_norm", offsetof(QLayer, ffn_norm));
-        add("QLayer.down", offsetof(QLayer, down));
-        add("QModel", sizeof(QModel));
-        add("QModel.eps", offsetof(QModel, eps));
-        add("QModel.vocab", offsetof(QModel, vocab));
-        add("QModel.embed", offsetof(QModel, embed));
-        add("QModel.layers", offsetof(QModel, layers));
-        add("QModel.lm_head", offsetof(QModel, lm_head));
-        add("QHead3", sizeof(QHead3));
-        add("QHead3.input_norm", offsetof(QHead3, input_norm));
-        add("QHead3.q", offsetof(QHead3, q));
-        add("QHead3.down", offsetof(QHead3, down));
-        add("QDraft", sizeof(QDraft));
-        add("QDraft.fc", offsetof(QDraft, fc));
-        add("QDraft.embed", offsetof(QDraft, embed));
-        add("QDraft.lm", offsetof(QDraft, lm));
-        add("QDraft.ids", offsetof(QDraft, ids));
-        add("QDraft.vocab", offsetof(QDraft, vocab));
+#define QF_SIZE(S) add(#S, sizeof(S))
+#define QF_AT(S, F) add(#S "." #F, offsetof(S, F))
+        QF_SIZE(QMat), QF_AT(QMat, data), QF_AT(QMat, bias), QF_AT(QMat, N), QF_AT(QMat, type);
+        QF_SIZE(QLayer), QF_AT(QLayer, q), QF_AT(QLayer, ffn_norm), QF_AT(QLayer, down);
+        QF_SIZE(QModel), QF_AT(QModel, eps), QF_AT(QModel, vocab), QF_AT(QModel, layers), QF_AT(QModel, lm_head);
+        QF_AT(QModel, embed);
+        QF_SIZE(QHead3), QF_AT(QHead3, input_norm), QF_AT(QHead3, q), QF_AT(QHead3, down);
+        QF_SIZE(QDraft), QF_AT(QDraft, fc), QF_AT(QDraft, embed), QF_AT(QDraft, lm), QF_AT(QDraft, ids);
+        QF_AT(QDraft, vocab);
+#undef QF_AT
+#undef QF_SIZE
         return o;
     }();
     return s.c_str();
