@@ -370,7 +370,7 @@ def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, mon
 
 @pytest.mark.slow   # the full suite's: a head trained a few steps and quantised (the fast tier stays under two minutes)
 def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target, tmp_path):
-    """qf_head3 (the EAGLE-3 head's layer in Q8_0, fp16 cache) against the head's own fp32 forward:
+    """qf_draft (the EAGLE-3 head's draft step in Q8_0, fp16 cache) against the head's own fp32 forward:
     the same outputs within the int8 roundings, over a prefix and a tree step with a mask."""
     from test_serving import random_eagle3_head
     from eagle2.model.head import DraftHead

@@ -382,7 +382,7 @@ def attach(bundle, mode: str = "auto", background_argv: list[str] | None = None,
     lands."""
     t = bundle.target
     if getattr(bundle, "precision", "") == "q4_1":  # nothing to compile: the kernels are the forward
-        head = "layer" if bundle.head.compiled is not None else "matmuls"
+        head = "draft step" if bundle.head.compiled is not None else "matmuls"
         return f"q4_1 forward (integer kernels, {t.isa}); the draft head's {head} in Q8_0 on the same kernels"
     t.compiled = None
     bundle.head.compiled = None
