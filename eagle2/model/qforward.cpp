@@ -124,23 +124,21 @@ struct Buffers {
 };
 
 // Several matrices reading the same rows, their groups of 16 outputs side by side; this thread's
-// share of all of them.
-void matmul_shared(Team& tm, const QMat* const* ws, float* const* ys, int count, const QRows& x) {
+// share of all of them: y_i (+)= x @ w_i^T.
+void matmul_shared(Team& tm, const QMat* const* ws, float* const* ys, int count, const QRows& x, bool add = false) {
     int total = 0;
     for (int i = 0; i < count; ++i) total += groups_of(*ws[i]);
     int lo, hi;
     tm.share(total, 1, lo, hi);
     for (int i = 0, first = 0; i < count; first += groups_of(*ws[i]), ++i) {
         const int G = groups_of(*ws[i]);
-        matmul_groups(*ws[i], std::max(lo - first, 0), std::min(hi - first, G), x, ys[i], ws[i]->N, false);
+        matmul_groups(*ws[i], std::max(lo - first, 0), std::min(hi - first, G), x, ys[i], ws[i]->N, add);
     }
 }
 
-// One matrix, this thread's share of its outputs: y (+)= x @ w^T.
 void matmul_share(Team& tm, const QMat& w, const QRows& x, float* y, bool add) {
-    int lo, hi;
-    tm.share(groups_of(w), 1, lo, hi);
-    matmul_groups(w, lo, hi, x, y, w.N, add);
+    const QMat* ws[1] = {&w};
+    matmul_shared(tm, ws, &y, 1, x, add);
 }
 
 // Each row's visible cache slots in order of position: the `committed` ones, then its visible

@@ -125,8 +125,11 @@ QF_VNNI512 void groups512(const QMat& w, int g0, int g1, const QRows& x, float* 
         const size_t gstride = (size_t)nb * st;                                                           \
         const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);                  \
         const __m256i ones = _mm256_set1_epi16(1);                                                        \
-        const uint8_t* ub[C];                                                                             \
-        for (int c = 0; c < C; ++c) ub[c] = w.data + (size_t)((u0 + c) / 2) * gstride + ((u0 + c) % 2) * 32; \
+        const uint8_t *gb[C], *ub[C]; /* unit c's group, and its half's bytes in each chunk */          \
+        for (int c = 0; c < C; ++c) {                                                                     \
+            gb[c] = w.data + (size_t)((u0 + c) / 2) * gstride;                                            \
+            ub[c] = gb[c] + ((u0 + c) % 2) * 32;                                                          \
+        }                                                                                                 \
         __m256 acc[R][C];                                                                                 \
         for (int r = 0; r < R; ++r)                                                                       \
             for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();                                  \
@@ -182,7 +185,7 @@ QF_VNNI512 void groups512(const QMat& w, int g0, int g1, const QRows& x, float* 
                 }                                                                                         \
             }                                                                                             \
             for (int c = 0; c < C; ++c) {                                                                 \
-                const uint16_t* sc = scales_at(w, ub[c] - ((u0 + c) % 2) * 32 + (size_t)b * st) + ((u0 + c) % 2) * 8; \
+                const uint16_t* sc = scales_at(w, gb[c] + (size_t)b * st) + ((u0 + c) % 2) * 8;           \
                 const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)sc));                   \
                 const __m256 wm = Q4 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sc + GROUP))) : wd; \
                 for (int r = 0; r < R; ++r) {                                                             \

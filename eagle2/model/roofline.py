@@ -79,10 +79,11 @@ def roofline(target: QuantizedLlama, grid=(1, 2, 4, 8, 16), context: int = 200, 
     out = {"machine": m, "context": context, "by_rows": {}}
     for T in grid:
         split = op_split(target, T, context, repeats)
+        work = op_work(target, T, context)
         ops = {}
         for op, seconds in split["ops_s"].items():
             row = {"s": seconds}
-            w = op_work(target, T, context).get(op)
+            w = work.get(op)
             if w is not None:
                 row["bytes"] = w["bytes"]
                 row["memory_bound_s"] = w["bytes"] / (m["read_gbs"] * 1e9)
