@@ -36,11 +36,6 @@ def main(argv=None) -> int:
     ap.add_argument("--recalibrate", action="store_true",
                     help="re-measure this machine's verification costs t(N) once the model is loaded (the "
                          "hardware-aware budget's prior; it also corrects itself while it runs)")
-    ap.add_argument("--compile", dest="compile", action="store_const", const="auto", default=env.compile,
-                    help="the compiled forward (CPU float32; default): packages missing on this machine are built "
-                         "once by a low-priority background process while the eager forward serves")
-    ap.add_argument("--no-compile", dest="compile", action="store_const", const="no",
-                    help="the eager forward only (or EAGLE2_COMPILE=0)")
     ap.add_argument("--record-traces", action="store_true", help="re-record assets/traces/*.json and exit")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="with --record-traces")
     ap.add_argument("--threads", type=int, default=env.threads, help=threads.HELP)
@@ -58,7 +53,7 @@ def main(argv=None) -> int:
         ap.error(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens}).")
     a.device = live_device(env, a.device)
     cfg = config.use(replace(env, target=a.target, head=a.head, device=a.device, dtype=a.dtype,
-                             concurrency=a.concurrency, compile=a.compile, threads=a.threads or None))
+                             concurrency=a.concurrency, threads=a.threads or None))
 
     threads.use_threads(cfg.threads, cfg.concurrency)
     if a.record_traces:
@@ -73,7 +68,7 @@ def main(argv=None) -> int:
     from ui.model import MODEL
     from ui.page import launch
     show_model_log()
-    MODEL.start(cfg.target, cfg.head, cfg.device, cfg.dtype, recalibrate=a.recalibrate, compile=cfg.compile)
+    MODEL.start(cfg.target, cfg.head, cfg.device, cfg.dtype, recalibrate=a.recalibrate)
     try:
         demo = launch(a.host, a.port, cfg.concurrency, block=False)
     except OSError as e:

@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NO = ("0", "no", "false", "off")
 YES_ZERO_GPU = ("1", "t", "true")   # SPACES_ZERO_GPU's true values, as the `spaces` package reads them
 
 
@@ -40,7 +39,6 @@ class Config:
     device: str = "cpu"
     dtype: str | None = None
     concurrency: int = 2
-    compile: str = "auto"            # "auto": the compiled forward, built in the background; "no": eager only
     threads: int | None = None       # None: the CPUs / the decodes at once (eagle2/threads.py)
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "eagle2")
     timing_cache: Path | None = None  # None: cache_dir / verify_times.json
@@ -68,7 +66,6 @@ class Config:
         return cls(target=env.get("EAGLE2_TARGET") or None, head=env.get("EAGLE2_HEAD") or None,
                    device=env.get("EAGLE2_DEVICE") or d.device, dtype=env.get("EAGLE2_DTYPE") or None,
                    concurrency=number("EAGLE2_CONCURRENCY", int, d.concurrency),
-                   compile="no" if env.get("EAGLE2_COMPILE", "").strip().lower() in NO else d.compile,
                    threads=number("EAGLE2_THREADS", int, 0) or None,
                    cache_dir=Path(env.get("EAGLE2_CACHE") or d.cache_dir),
                    timing_cache=Path(timing) if timing else None,

@@ -1,10 +1,9 @@
 """A class pressing Step at once: K students x S Steps over the page's HTTP API, against a real
 `python app.py` started by this script, and the server's memory before, during and after.
 
-    python scripts/classroom.py --students 1,4,16,32 --steps 10 --out benchmarks/classroom/compiled
-    python scripts/classroom.py --students 1,4,16,32 --steps 10 --no-compile --out benchmarks/classroom/eager
+    python scripts/classroom.py --students 1,4,16,32 --steps 10 --out benchmarks/classroom/q4_1
     python scripts/classroom.py --students 0 --churn 300 --out benchmarks/classroom/churn   # memory
-    python scripts/classroom.py --report benchmarks/classroom/compiled benchmarks/classroom/eager  # a table
+    python scripts/classroom.py --report benchmarks/classroom/q4_1 benchmarks/classroom/churn  # a table
 
 Each student is its own Gradio session (a `gradio_client.Client`), started together; a Step's
 latency is measured by the student from submitting to the answer, so it includes the wait in the
@@ -40,7 +39,7 @@ PROMPTS = ["Write a haiku about the sea.", "Explain photosynthesis in two senten
 
 
 def rss_mb(pid: int) -> float:
-    """Resident memory of the server process (not its background compiler), in MB."""
+    """Resident memory of the server process, in MB."""
     import psutil
     return psutil.Process(pid).memory_info().rss / 2**20
 
@@ -232,13 +231,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one Step may take, queue included")
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--concurrency", type=int, default=None, help="app.py --concurrency (default: the app's)")
     ap.add_argument("--threads", type=int, default=None, help="app.py --threads (default: the app's)")
     ap.add_argument("--space", action="store_true",
                     help="serve as a Hugging Face Space does: 0.0.0.0:7860-style binding (a free port), "
-                         "an empty cache folder (EAGLE2_CACHE in a new temporary folder: the model is fetched and converted, "
-                         "the packages compiled in the background while the students step)")
+                         "an empty cache folder (EAGLE2_CACHE in a new temporary folder: the model is fetched and converted)")
     ap.add_argument("--churn", type=int, default=0, help="then N sessions Step once and leave (memory)")
     ap.add_argument("--idle", type=float, default=None,
                     help="EAGLE2_SESSION_IDLE for the server: seconds before an idle session's decoders are freed")
@@ -247,7 +244,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    args = ["--no-compile"] if a.no_compile else []
+    args = []
     if a.concurrency:
         args += ["--concurrency", str(a.concurrency)]
     if a.threads:

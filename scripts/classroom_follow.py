@@ -1,7 +1,7 @@
 """A class following one presenter: the presenter Steps while F followers poll once a second, over
 the page's HTTP API, against a real `python app.py` started by this script.
 
-    python scripts/classroom_follow.py --followers 0,10,40,100 --steps 10 --out benchmarks/classroom-follow/compiled
+    python scripts/classroom_follow.py --followers 0,10,40,100 --steps 10 --out benchmarks/classroom-follow/q4_1
 
 For each F: the presenter Steps `--steps` times, `--pause` seconds apart (a teacher explains each
 tree), while F followers (each its own Gradio session, following the presenter's code) do what a
@@ -70,7 +70,7 @@ def fn_indices(url: str) -> dict[str, int]:
 
 
 def cpu_s(proc: psutil.Process) -> float:
-    """CPU seconds of a process and its children (the server's compile worker included)."""
+    """CPU seconds of a process and its children."""
     t = proc.cpu_times()
     total = t.user + t.system
     for ch in proc.children(recursive=True):
@@ -198,12 +198,11 @@ def main(argv=None) -> int:
     ap.add_argument("--pause", type=float, default=2.0, help="seconds between the presenter's Steps")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one call may take, queue included")
     ap.add_argument("--max-new-tokens", type=int, default=512)
-    ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    args = ["--no-compile"] if a.no_compile else []
+    args: list[str] = []
     server = Server(args, out / "server.log", {})
     result = {"command": "python scripts/classroom_follow.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "app_args": args}

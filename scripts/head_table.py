@@ -5,8 +5,9 @@
 EVAL: a train_log.json (or its folder) from `python -m eagle2_train train --stages train --init HEAD
 --epochs 0 --ttt-steps 3` (held-out agreement at depths 1-3; its last record is read); TAU: a
 `python -m eagle2 tau --head HEAD --out DIR` folder (tau over every held-out prompt, greedy);
-BENCH (optional): a `python -m eagle2 bench --head HEAD --policies plain@eager,eagle2-auto,...`
-folder, for the speedup of eagle2-auto over plain@eager measured in that run.
+BENCH (optional): a `python -m eagle2 bench --head HEAD --policies plain,eagle2-auto,...` folder,
+for the speedup of eagle2-auto over plain decoding measured in that run (older folders' plain row
+on the eager fp32 forward was `plain@eager`: read where present).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 DYN, SMALL, STATIC = "eagle2 (60,5,10)", "eagle2 (16,5,10)", "static"
 COLUMNS = ["head", "top-1", "depth 2", "depth 3", "tau (60,5,10)", "tau (16,5,10)", "tau static", "dynamic / static",
-           "tau (60,5,10) coding / math", "eagle2-auto vs plain@eager"]
+           "tau (60,5,10) coding / math", "eagle2-auto vs plain"]
 
 
 def last_eval(path: Path) -> dict:
@@ -28,9 +29,10 @@ def speedup(bench_dir: Path | None) -> str:
     if bench_dir is None:
         return "-"
     pol = json.loads((bench_dir / "summary.json").read_text())["policies"]
-    if "eagle2-auto" not in pol or "plain@eager" not in pol:
+    plain = pol.get("plain@eager") or pol.get("plain")
+    if "eagle2-auto" not in pol or plain is None:
         return "-"
-    return f"{pol['eagle2-auto']['tokens_per_s'] / pol['plain@eager']['tokens_per_s']:.2f}x"
+    return f"{pol['eagle2-auto']['tokens_per_s'] / plain['tokens_per_s']:.2f}x"
 
 
 def row(label: str, ev: dict, tau: dict, bench_dir: Path | None) -> list[str]:

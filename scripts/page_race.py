@@ -1,5 +1,4 @@
-"""The page's race as a visitor sees it: serve `python app.py` at its defaults (the q4_1 forward, no
-compiled packages to build first), press
+"""The page's race as a visitor sees it: serve `python app.py` at its defaults (the q4_1 forward), press
 Step N times on the default prompt in Debian's Chromium, and save what the metric cards say and
 the "Where the time goes" chart at 1440 and 390 px (ui.screenshot's helpers).
 

@@ -150,8 +150,7 @@ def handler_steps(n: int, threads: int) -> list[dict]:
     from ui.dashboard import OPEN, render
     from ui.session import Session, defaults
     bundle = load_bundle()
-    from eagle2.model.compiled import attach
-    FORWARD.append(attach(bundle, "yes"))  # as the page serves: the compiled forward (built first if missing)
+    FORWARD.append(bundle.description)  # as the page serves: the default backend
     sess = Session()
     out = []
     for i in range(n):

@@ -19,20 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 class App:
     """`python app.py ARGS` on a free port, stdout and stderr each in a file; `env` adds variables.
     The host and port are given as --host / --port, or (`by_env`) as GRADIO_SERVER_NAME /
-    GRADIO_SERVER_PORT, which Gradio reads itself. The app runs eager (EAGLE2_COMPILE=0: no
-    background compile competing for the CPU) unless `compiled`, where it takes its default, the
-    compiled forward."""
+    GRADIO_SERVER_PORT, which Gradio reads itself."""
 
-    def __init__(self, tmp_path: Path, *args: str, env: dict | None = None, by_env: bool = False,
-                 compiled: bool = False):
+    def __init__(self, tmp_path: Path, *args: str, env: dict | None = None, by_env: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.out, self.err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
         where = {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(self.port)}
         full_env = {k: v for k, v in os.environ.items() if k not in where}
-        full_env.pop("EAGLE2_COMPILE", None)
         full_env.update(GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS="1", PYTHONUNBUFFERED="1",
-                        **({} if compiled else {"EAGLE2_COMPILE": "0"}), **(where if by_env else {}), **(env or {}))
+                        **(where if by_env else {}), **(env or {}))
         flags = [] if by_env else ["--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.out, "w") as o, open(self.err, "w") as e:
             self.proc = subprocess.Popen([sys.executable, str(REPO / "app.py"), *flags, *args], cwd=REPO,

@@ -30,8 +30,8 @@ elif (_os.cpu_count() or 1) <= 2:
 # gets an empty cache folder of its own (EAGLE2_CACHE; the t(N) tables follow it, as
 # EAGLE2_TIMING_CACHE is unset); the tests marked `real_model` (those using real_folder or
 # real_bundle get the mark at collection) share one session folder that mirrors the user's cache
-# as symlinks, so they read the fetched model and its compiled packages without copying 2 GB, and
-# whatever they write (a table, a package) replaces a link in the mirror, not the user's file.
+# as symlinks, so they read the fetched model without copying it, and whatever they write (a
+# table, a kernel build) replaces a link in the mirror, not the user's file.
 # Outside the tests (collection, module fixtures) EAGLE2_CACHE names a folder of the session's
 # own, set before any test module is imported. Subprocesses (the app, the CLI) inherit the
 # variables. At the end of the session the user's cache is compared with a snapshot taken at its
@@ -204,7 +204,7 @@ def real_bundle(real_model_cache, real_folder):
     from eagle2.model.loading import load_bundle
     with _pytest.MonkeyPatch.context() as mp:
         mp.setenv("EAGLE2_CACHE", str(real_model_cache))
-        return load_bundle(dtype="float32")  # the fp32 engine (compiled packages, prepacked weights);
+        return load_bundle(dtype="float32")  # the fp32 engine (eager, prepacked weights);
         # the default, q4_1, has its own fixture (test_quantized.real_q4)
 
 

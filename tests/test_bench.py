@@ -45,11 +45,9 @@ def test_bench_writes_summary_csv_and_report(tmp_path):
 
 def test_bench_rows_parse_once_and_keep_their_names():
     """--policies entries become typed rows; each row's label is the name the output has always used."""
-    for entry, row in [("plain", Row("plain")), ("eagle2@eager", Row("eagle2", "eager")),
-                       ("eagle2-auto@eager-head", Row("eagle2-auto", "eager-head")),
-                       ("hf-pld", Row("hf-pld"))]:
+    for entry, row in [("plain", Row("plain")), ("eagle2-auto", Row("eagle2-auto")), ("hf-pld", Row("hf-pld"))]:
         assert Row.parse(entry) == row and row.label == entry
-    assert Row("hf-pld").baseline and not Row("eagle2", "eager").baseline
+    assert Row("hf-pld").baseline and not Row("eagle2").baseline
     assert Row("eagle2", sweep=(8, 3, 4)).label == "eagle2[N=8,d=3,k=4]"
 
 
@@ -74,7 +72,7 @@ def test_bench_auto_budget_rows(tmp_path, capsys):
     s = json.loads((out / "summary.json").read_text())
     assert set(s["policies"]) == {"plain", "eagle2-auto", "eagle2-auto-n"}
     assert all(p["identical_to_plain"] == 1.0 for p in s["policies"].values())
-    assert s["verify_profile_s"] and s["packed_weights"] is (s["dtype"] == "float32")  # q4_1: the embedded default
+    assert s["verify_profile_s"] and s["dtype"] == "q4_1" and s["forward"].startswith("q4_1 forward")  # the default
     for name in ("eagle2-auto", "eagle2-auto-n"):  # what the budget chose, and where the time went
         p = s["policies"][name]
         assert sum(p["auto_n"].values()) == p["target_forwards"] - 1  # every cycle after the prefill

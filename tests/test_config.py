@@ -17,15 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_variable_keeps_its_meaning(tmp_path):
     env = {"EAGLE2_TARGET": "my-target", "EAGLE2_HEAD": "random", "EAGLE2_DEVICE": "cuda", "EAGLE2_DTYPE": "float16",
-           "EAGLE2_CONCURRENCY": "4", "EAGLE2_COMPILE": "Off", "EAGLE2_THREADS": "3",
+           "EAGLE2_CONCURRENCY": "4", "EAGLE2_THREADS": "3",
            "EAGLE2_CACHE": str(tmp_path / "c"), "EAGLE2_TIMING_CACHE": str(tmp_path / "t.json"),
            "EAGLE2_MAX_SESSIONS": "8", "EAGLE2_SESSION_IDLE": "1.5", "CHROMIUM": "/opt/chrome"}
     assert Config.from_env(env) == Config(target="my-target", head="random", device="cuda", dtype="float16",
-                                          concurrency=4, compile="no", threads=3, cache_dir=tmp_path / "c",
+                                          concurrency=4, threads=3, cache_dir=tmp_path / "c",
                                           timing_cache=tmp_path / "t.json", max_sessions=8, session_idle_s=1.5,
                                           chromium="/opt/chrome")
-    d = Config.from_env({"EAGLE2_THREADS": "0", "EAGLE2_COMPILE": "1"})
-    assert d == Config() and d.threads is None and d.compile == "auto" and d.device == "cpu"
+    d = Config.from_env({"EAGLE2_THREADS": "0"})
+    assert d == Config() and d.threads is None and d.device == "cpu"
     assert d.cache_dir == Path.home() / ".cache" / "eagle2" and d.timing_cache is None
     with pytest.raises(ValueError, match="EAGLE2_MAX_SESSIONS must be a number"):
         Config.from_env({"EAGLE2_MAX_SESSIONS": "many"})

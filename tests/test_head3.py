@@ -214,7 +214,7 @@ def test_draft_logprobs_match_the_reference(bundles, target, variant):
     hid, toks, ref_h, ref_logq = check_absorbed()
     # deeper draft steps read the head's own output (before norm) in place of fc(fused states)
     s = dec.state
-    runner = HeadRunner(b.head, s.hcache, s.reading.g, base_pos=s.hcache.length - 1)
+    runner = HeadRunner(b.draft, s.hcache, s.reading.g, base_pos=s.hcache.length - 1, root_logp=s.reading.logp)
     g, slots = s.reading.g[None], [-1]
     for depth in (1, 2):
         y = int(runner.topk(ref_logq[-1], 1)[1][0])  # the head's best child, as a target id
@@ -234,22 +234,18 @@ def test_draft_logprobs_match_the_reference(bundles, target, variant):
 def test_greedy_decoding_is_lossless(bundles, variant, policy):
     b = bundles[variant][0]
     kw = {"total_tokens": 16, "depth": 4, "top_k": 4} if policy == "eagle2" else {}
-    b.target.compiled = None  # the eager forward (the compiled one: test_compiled's EAGLE-3 test)
     accepted = []
-    try:
-        for prompt in ([5, 17, 33, 2, 71, 64, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [40, 41, 40, 41, 40]):
-            plain = Decoder(b, "plain", max_new_tokens=24, record=False)
-            plain.start(input_ids=prompt)
-            plain.generate()
-            dec = Decoder(b, policy, max_new_tokens=24, record=True, **kw)
-            dec.start(input_ids=prompt)
-            trace = dec.generate()
-            assert dec.generated == plain.generated, prompt
-            drafted = {t for s in trace.steps if s.tree is not None for t in s.tree.tokens[1:]}
-            assert drafted and drafted <= set(DRAFT)  # drafts come from the reduced vocabulary
-            accepted += [s.accepted_len for s in trace.steps]
-    finally:
-        b.target.compiled = None
+    for prompt in ([5, 17, 33, 2, 71, 64, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [40, 41, 40, 41, 40]):
+        plain = Decoder(b, "plain", max_new_tokens=24, record=False)
+        plain.start(input_ids=prompt)
+        plain.generate()
+        dec = Decoder(b, policy, max_new_tokens=24, record=True, **kw)
+        dec.start(input_ids=prompt)
+        trace = dec.generate()
+        assert dec.generated == plain.generated, prompt
+        drafted = {t for s in trace.steps if s.tree is not None for t in s.tree.tokens[1:]}
+        assert drafted and drafted <= set(DRAFT)  # drafts come from the reduced vocabulary
+        accepted += [s.accepted_len for s in trace.steps]
     if variant == "repeat":  # cycles committed several drafted tokens (and their fused states) at once
         assert max(accepted) >= 3 and sum(accepted) >= 15, accepted
 
@@ -328,22 +324,3 @@ def test_broken_checkpoint_through_load_bundle(tmp_path, target):
     corrupt(folder, "missing-hidden-norm")
     with pytest.raises(UserError, match="EAGLE-3 layout"):
         load_bundle(target=str(target[0]), head=str(folder))
-
-
-def test_eagle3_packages_live_apart_from_the_final_feature_ones(tiny_target):
-    """The compiled target of an EAGLE-3 head returns its aux layers' states: its packages are keyed
-    by those layers, so they never mix with the packages that return the final features."""
-    from eagle2.model.packages import package_dir
-    folder, _ = tiny_target("llama")
-    bundle = load_bundle(str(folder), "random")
-    plain = package_dir(bundle.target)
-    bundle.target.aux_layers = (1, 2, 3)  # what load_bundle sets for an EAGLE-3 head
-    try:
-        assert package_dir(bundle.target) != plain
-        bundle.target.aux_layers = (0, 1, 2)
-        other = package_dir(bundle.target)
-        bundle.target.aux_layers = (1, 2, 3)
-        assert package_dir(bundle.target) != other
-    finally:
-        bundle.target.aux_layers = ()
-    assert package_dir(bundle.target) == plain

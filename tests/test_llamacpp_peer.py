@@ -125,17 +125,12 @@ def test_llama_cpp_f32_greedy_against_the_engine(real_bundle):
 
     msgs = [{"role": "user", "content": "What is 12 plus 30?"}]
     ids = chat_ids(real_bundle.tokenizer, msgs)
-    saved = real_bundle.target.compiled, real_bundle.head.compiled
-    real_bundle.target.compiled = real_bundle.head.compiled = None  # the eager forward
-    try:
-        d = Decoder(real_bundle, PLAIN, max_new_tokens=24, record=False)
-        d.start(input_ids=ids)
-        d.generate()
-        plain = d.summary()["token_ids"]
-    finally:
-        real_bundle.target.compiled, real_bundle.head.compiled = saved
+    d = Decoder(real_bundle, PLAIN, max_new_tokens=24, record=False)  # the fp32 bundle: the eager forward
+    d.start(input_ids=ids)
+    d.generate()
+    plain = d.summary()["token_ids"]
     peer = llamacpp.LlamaCppPeer("llama.cpp-f32", "smollm2-135m", threads=1,
-                                 n_ctx=real_bundle.target.args.max_positions)
+                                 n_ctx=real_bundle.args.max_positions)
     r = peer.run(ids, 24, real_bundle.eos_ids)
     assert r["new_tokens"] == len(r["token_ids"]) == r["target_forwards"] and r["wall_s"] > 0
     assert r["token_ids"] == plain

@@ -284,7 +284,7 @@ class _FakeRunner:
     def __init__(self, V=5, seed=0, bad=None, sp=None):
         g = torch.Generator().manual_seed(seed)
         self.W = 2.0 * torch.randn(V, V, generator=g)
-        self.head = type("H", (), {"draft_ids": None, "args": type("A", (), {"vocab_size": V})})()
+        self.draft = type("D", (), {"draft_ids": None, "vocab_size": V})()  # a DraftForward's vocabularies
         self.root_logp = torch.log_softmax(self.W[0], -1)
         self.root_g = torch.zeros(2)
         self.calls, self.bad = 1, bad
@@ -379,13 +379,12 @@ def test_neighbour_cache(tmp_cache):
     from types import SimpleNamespace
     from eagle2.policies.lantern import knn_index, neighbours_for
     E = torch.randn(50, 8, generator=torch.Generator().manual_seed(1))
-    fake = SimpleNamespace(name="fake model/1", target=SimpleNamespace(embed_tokens=SimpleNamespace(weight=E)),
-                           derived={})
+    fake = SimpleNamespace(name="fake model/1", forward=SimpleNamespace(embedding=lambda: E), derived={})
     a = neighbours_for(fake, 6, "cosine")
     files = list((tmp_cache / "lantern").glob("*.safetensors"))
     assert len(files) == 1 and "cosine-k6" in files[0].name and "fake-model-1-50x8" in files[0].name
     assert torch.equal(a, knn_index(E, 6, "cosine"))
-    fresh = SimpleNamespace(name="fake model/1", target=fake.target, derived={})  # new process: from disk
+    fresh = SimpleNamespace(name="fake model/1", forward=fake.forward, derived={})  # new process: from disk
     assert torch.equal(neighbours_for(fresh, 4, "cosine"), a[:, :4])    # smaller k from the k=6 file
     assert len(list((tmp_cache / "lantern").glob("*.safetensors"))) == 1
     neighbours_for(fresh, 4, "l2")                                       # another metric: another key

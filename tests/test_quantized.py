@@ -33,7 +33,7 @@ def tiny_q4(tiny_target):
     """A tiny Llama (vocab 97: the LM head's last group of 8 outputs is partial) in q4_1, random head."""
     folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
     b = load_bundle(str(folder), "random", dtype="q4_1")
-    assert b.precision == "q4_1" and isinstance(b.target, Q.QuantizedLlama)
+    assert b.precision == "q4_1" and isinstance(b.forward, Q.KernelTarget) and b.target is None
     return b
 
 
@@ -63,7 +63,7 @@ def test_ggml_blocks_round_trip_within_a_step():
 @pytest.mark.parametrize("kind", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("n", [8, 13, 40])
 def test_the_kernels_multiply_by_the_blocks_values(tiny_q4, kind, n):
-    lib = tiny_q4.target.lib
+    lib = tiny_q4.forward.lib
     w = torch.randn(n, 64) * 0.3
     m = Q.quantise_q4_1(w) if kind == "q4_1" else Q.quantise_q8_0(w)
     keep: list = []
@@ -88,7 +88,7 @@ def _reference(lib, cmat, x: torch.Tensor, n: int) -> torch.Tensor:
 def test_every_instruction_set_equals_the_scalar_reference_bit_for_bit(tiny_q4, n):
     """Each kernel (forced in turn) against qf_matmul_ref, plain C++: Q4_1 and Q8_0, with a bias, a
     partial last group, and 1-19 rows (every tile shape and its remainders), at 1 and 2 threads."""
-    lib = tiny_q4.target.lib
+    lib = tiny_q4.forward.lib
     best = lib.qf_isa()
     g = torch.Generator().manual_seed(n)
     w = torch.randn(n, 96, generator=g)
@@ -111,6 +111,14 @@ def test_every_instruction_set_equals_the_scalar_reference_bit_for_bit(tiny_q4, 
         lib.qf_set_isa(best)
 
 
+def _after(fwd, prompt: list[int], room: int):
+    """A cache of `fwd` holding `prompt` committed, with `room` free slots after it."""
+    c = fwd.new_cache(len(prompt) + room)
+    fwd.prefill(c, torch.tensor(prompt), torch.arange(len(prompt)))
+    c.advance(len(prompt))
+    return c
+
+
 def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
     """The logits of a causal forward of `extra` after `prompt`, for every instruction set and 1 and
     2 threads."""
@@ -120,12 +128,10 @@ def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
             lib.qf_set_isa(i)
             for threads in (1, 2):
                 with _threads(threads):
-                    c = target.new_cache(len(prompt) + len(extra) + 4)
-                    target.forward_cached(c, torch.tensor(prompt), torch.arange(len(prompt)))
-                    c.advance(len(prompt))
+                    c = _after(target, prompt, len(extra) + 4)
                     T = len(extra)
-                    _, logits = target.forward_logits(c, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
-                                                      torch.ones(T, T, dtype=torch.bool).tril())
+                    _, logits = target.verify(c, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
+                                              torch.ones(T, T, dtype=torch.bool).tril())
                     out[(Q.ISAS[i], threads)] = logits
     finally:
         lib.qf_set_isa(best)
@@ -147,7 +153,7 @@ class _threads:
 def test_a_forward_is_the_same_bits_on_every_path_and_thread_count_tiny(tiny_q4):
     """A trace replays token for token on another x86 CPU: the logits do not depend on the
     instruction set the dot products use nor on the thread count."""
-    outs = _logits_everywhere(tiny_q4.target, [5, 9, 13, 2, 7, 1, 40, 3, 3], [8, 21, 4, 60, 11])
+    outs = _logits_everywhere(tiny_q4.forward, [5, 9, 13, 2, 7, 1, 40, 3, 3], [8, 21, 4, 60, 11])
     first = next(iter(outs.values()))
     for key, logits in outs.items():
         assert torch.equal(logits, first), key
@@ -156,7 +162,7 @@ def test_a_forward_is_the_same_bits_on_every_path_and_thread_count_tiny(tiny_q4)
 def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkeypatch):
     """quantized.py's ctypes mirror against the library's own sizes and offsets: a field out of place
     is one clear line at load, not a wrong read later."""
-    lib = tiny_q4.target.lib
+    lib = tiny_q4.forward.lib
     assert Q.layout_problem(lib) is None
 
     class Shifted(ctypes.Structure):  # one field too many in front: every offset moves
@@ -172,21 +178,17 @@ def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkey
 def _rows_alone_and_batched(target, prompt: list[int], extra: list[int]):
     """(each extra token run alone after the prompt, as plain decoding does; the same tokens as rows
     of one causal forward) -> (features, logits) of both."""
-    c1 = target.new_cache(len(prompt) + len(extra) + 8)
-    target.forward_cached(c1, torch.tensor(prompt), torch.arange(len(prompt)))
-    c1.advance(len(prompt))
+    c1 = _after(target, prompt, len(extra) + 8)
     alone = []
     for i, t in enumerate(extra):
-        alone.append(target.forward_cached(c1, torch.tensor([t]), torch.tensor([len(prompt) + i])))
+        alone.append(target.verify(c1, torch.tensor([t]), torch.tensor([len(prompt) + i])))
         c1.advance(1)
-    alone = torch.cat(alone)
-    c2 = target.new_cache(len(prompt) + len(extra) + 8)
-    target.forward_cached(c2, torch.tensor(prompt), torch.arange(len(prompt)))
-    c2.advance(len(prompt))
+    alone = tuple(torch.cat(parts) for parts in zip(*alone))
+    c2 = _after(target, prompt, len(extra) + 8)
     T = len(extra)
-    together = target.forward_cached(c2, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
-                                     torch.ones(T, T, dtype=torch.bool).tril())
-    return (alone, target.logits(alone)), (together, target.logits(together))
+    together = target.verify(c2, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
+                             torch.ones(T, T, dtype=torch.bool).tril())
+    return alone, together
 
 
 def _tree_row_against_plain(target, prompt: list[int], path: list[int], noise: list[int]):
@@ -210,10 +212,8 @@ def _tree_row_against_plain(target, prompt: list[int], path: list[int], noise: l
             k, d = parents[k], d + 1
         depth.append(d - 1)
     L = len(prompt)
-    c = target.new_cache(L + T + 8)
-    target.forward_cached(c, torch.tensor(prompt), torch.arange(L))
-    c.advance(L)
-    tree = target.forward_cached(c, torch.tensor(tokens), torch.tensor([L + d for d in depth]), mask)
+    c = _after(target, prompt, T + 8)
+    tree, _ = target.verify(c, torch.tensor(tokens), torch.tensor([L + d for d in depth]), mask)
     (alone, _), _ = _rows_alone_and_batched(target, prompt, path)
     return tree[prev], alone[-1]
 
@@ -223,12 +223,12 @@ def test_a_row_is_the_same_bits_alone_or_in_a_batch_tiny(tiny_q4):
     for n in (2, 3, 5, 8, 16):
         prompt = torch.randint(1, 97, (9,), generator=g).tolist()
         extra = torch.randint(1, 97, (n,), generator=g).tolist()
-        (fa, la), (fb, lb) = _rows_alone_and_batched(tiny_q4.target, prompt, extra)
+        (fa, la), (fb, lb) = _rows_alone_and_batched(tiny_q4.forward, prompt, extra)
         assert torch.equal(fa, fb) and torch.equal(la, lb), f"N={n}"
     for depth in (1, 2, 3, 5):
         prompt = torch.randint(1, 97, (7,), generator=g).tolist()
         path = torch.randint(1, 97, (depth,), generator=g).tolist()
-        tree_row, plain_row = _tree_row_against_plain(tiny_q4.target, prompt, path, [3, 11, 50])
+        tree_row, plain_row = _tree_row_against_plain(tiny_q4.forward, prompt, path, [3, 11, 50])
         assert torch.equal(tree_row, plain_row), f"depth {depth}"
 
 
@@ -260,9 +260,8 @@ def test_sampling_keeps_the_q4_1_distribution(tiny_target):
     prompt = [1, 2, 3]
     cond = {}
     for root in range(V):
-        c = b.target.new_cache(16)
-        feats = b.target.forward_cached(c, torch.tensor(prompt + [root]), torch.arange(4))
-        cond[root] = torch.softmax(b.target.logits(feats[-1]).double(), -1).numpy()
+        _, logits = b.forward.prefill(b.forward.new_cache(16), torch.tensor(prompt + [root]), torch.arange(4))
+        cond[root] = torch.softmax(logits.double(), -1).numpy()
     counts, expected = np.zeros(V), np.zeros(V)
     for seed in range(600):
         d = Decoder(b, "eagle2", SamplingParams(temperature=1.0, seed=seed), max_new_tokens=3, record=False,
@@ -286,15 +285,22 @@ def real_q4(real_model_cache):
 
 
 @pytest.mark.slow
-def test_the_embedded_blocks_are_the_ggufs_own(real_q4, real_bundle):
-    t, f = real_q4.target, real_bundle.target
+def test_the_embedded_blocks_are_the_ggufs_own(real_q4, real_bundle, real_model_cache, monkeypatch):
+    """The GGUF's blocks hold exactly the converted fp32 weights, and the kernels' embedding lookup
+    (rows of the blocks: the backend keeps no fp32 table) gives the fp32 embedding, bit for bit."""
+    from eagle2.model.weights import embedded_gguf, embedded_key
+    monkeypatch.setenv("EAGLE2_CACHE", str(real_model_cache))
+    f = real_bundle.target
+    layers, lm, embed = Q._gguf_blocks(embedded_gguf(embedded_key("smollm2-135m")), f.args)
+    assert embed is None  # tied: the LM head's blocks are the embedding
     for i in (0, 17, 29):
         att, mlp = f.layers[i].self_attn, f.layers[i].mlp
         for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj), ("o", att.o_proj),
                           ("gate", mlp.gate_proj), ("down", mlp.down_proj)):
-            assert torch.equal(t.blocks[i][name].dequantised(), lin.weight), f"layer {i} {name}"
-    assert torch.equal(t.lm_blocks.dequantised(), f.lm_head.weight)
-    assert t.weight_bytes() < 100e6  # about a sixth of the fp32 weights
+            assert torch.equal(layers[i][name].dequantised(), lin.weight), f"layer {i} {name}"
+    assert torch.equal(lm.dequantised(), f.lm_head.weight)
+    assert torch.equal(real_q4.forward.embedding(), f.embed_tokens.weight)
+    assert real_q4.target is None and real_q4.forward.streamed_bytes() < 100e6  # about a sixth of fp32's
 
 
 @pytest.mark.slow
@@ -304,18 +310,18 @@ def test_real_model_rows_are_the_same_bits_alone_in_a_batch_and_in_a_tree(real_q
     g = torch.Generator().manual_seed(1)
     for n in (2, 4, 7, 16):
         extra = torch.randint(0, 49152, (n,), generator=g).tolist()
-        (fa, la), (fb, lb) = _rows_alone_and_batched(real_q4.target, prompt, extra)
+        (fa, la), (fb, lb) = _rows_alone_and_batched(real_q4.forward, prompt, extra)
         assert torch.equal(fa, fb) and torch.equal(la, lb), f"N={n}"
     for depth in (1, 3, 5):
         path = torch.randint(0, 49152, (depth,), generator=g).tolist()
-        tree_row, plain_row = _tree_row_against_plain(real_q4.target, prompt, path, [11, 4000, 30000])
+        tree_row, plain_row = _tree_row_against_plain(real_q4.forward, prompt, path, [11, 4000, 30000])
         assert torch.equal(tree_row, plain_row), f"depth {depth}"
 
 
 @pytest.mark.slow
 def test_real_model_logits_are_the_same_bits_on_every_path_and_thread_count(real_q4):
     prompt = real_q4.tokenizer("The capital of France is")["input_ids"]
-    outs = _logits_everywhere(real_q4.target, prompt, [264, 3000, 11, 4000, 30000, 7, 88, 15000])
+    outs = _logits_everywhere(real_q4.forward, prompt, [264, 3000, 11, 4000, 30000, 7, 88, 15000])
     first = next(iter(outs.values()))
     assert len(outs) >= 2
     for key, logits in outs.items():
@@ -356,14 +362,14 @@ def test_a_gguf_type_the_kernels_do_not_read_names_the_tensor(tmp_path, tiny_tar
     w.close()
     model = load_target(folder, torch.device("cpu"), torch.float32)
     with pytest.raises(UserError, match=r"blk\.0\.attn_q\.weight is F16.*--dtype float32"):
-        Q.quantized(model, tmp_path / "m.gguf")
+        Q.kernel_target(model, tmp_path / "m.gguf")
 
 
 def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, monkeypatch, capsys):
     folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
     monkeypatch.setattr(Q, "cpu_problem", lambda: "this CPU has no AVX2 (torch reports DEFAULT)")
     b = load_bundle(str(folder), "random", dtype="q4_1")
-    assert b.precision == "float32" and not isinstance(b.target, Q.QuantizedLlama)
+    assert b.precision == "float32" and not isinstance(b.forward, Q.KernelTarget) and b.target is not None
     err = capsys.readouterr().err
     assert "no AVX2" in err and "running float32" in err
 
@@ -373,53 +379,60 @@ def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target
     """qf_draft (the EAGLE-3 head's draft step in Q8_0, fp16 cache) against the head's own fp32 forward:
     the same outputs within the int8 roundings, over a prefix and a tree step with a mask."""
     from test_serving import random_eagle3_head
-    from eagle2.model.head import DraftHead
     folder, _ = tiny_target("q4-e3", layers=4)
-    b = load_bundle(str(folder), random_eagle3_head(folder, tmp_path / "head"), dtype="q4_1")
-    h = b.head
-    assert isinstance(h.compiled, Q.Head3Kernels)
-    kern = h.compiled
+    head = random_eagle3_head(folder, tmp_path / "head")
+    b = load_bundle(str(folder), head, dtype="q4_1")
+    e = load_bundle(str(folder), head, dtype="float32")  # the same head, eager: another bundle
+    kern, eager = b.draft, e.draft
+    assert isinstance(kern, Q.KernelDraft) and b.head is None and e.head is not None
     g = torch.Generator().manual_seed(2)
-    F = len(h.aux_layers) * b.target.args.dim
+    F = len(e.head.aux_layers) * e.args.dim
     feats, toks = torch.randn(6, F, generator=g), torch.randint(1, 97, (6,), generator=g)
-    c_k = h.new_cache(32)
+    c_k, c_e = kern.new_cache(32), eager.new_cache(32)
     assert c_k.k.dtype == torch.float16
-    h.compiled = None
-    c_e = h.new_cache(32)
-    gk, lk, (top_v, top_i) = kern.run_head(c_k, feats, toks, torch.arange(6), 0, k=5)
-    ge, le = DraftHead.forward_logprobs(h, c_e, feats, toks, torch.arange(6), 0)
-    h.compiled = kern
+    gk, lk, (top_v, top_i) = kern.step(c_k, feats, toks, torch.arange(6), 0, k=5)
+    ge, le, _ = eager.step(c_e, feats, toks, torch.arange(6), 0)
     assert ((gk - ge).norm() / ge.norm()).item() < 0.05
     assert (lk.argmax(-1) == le.argmax(-1)).float().mean().item() >= 0.8
     # the call's log-softmax and its ranking: torch's over the same logits, ids in the target's vocabulary
     assert torch.allclose(lk.exp().sum(-1), torch.ones(6), atol=1e-4)
     assert torch.allclose(lk, torch.log_softmax(lk, -1), atol=1e-5)
     v, i = lk.topk(5, dim=-1)
-    assert torch.equal(top_v, v) and torch.equal(top_i, h.to_target_ids(i))
+    assert torch.equal(top_v, v) and torch.equal(top_i, kern.to_target_ids(i))
     c_k.advance(6)
     c_e.advance(6)
     mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)  # a root-child-sibling tree
-    d = h.args.dim
+    d = e.args.dim
     par = torch.randn(3, d, generator=g)
     tt = torch.randint(1, 97, (3,), generator=g)
-    gk, _, no_top = kern.run_head(c_k, par, tt, torch.tensor([6, 7, 7]), 6, mask)
+    gk, _, no_top = kern.step(c_k, par, tt, torch.tensor([6, 7, 7]), 6, mask)
     assert no_top is None
-    h.compiled = None
-    ge, _ = DraftHead.forward_logprobs(h, c_e, par, tt, torch.tensor([6, 7, 7]), 6, mask)
-    h.compiled = kern
+    ge, _, _ = eager.step(c_e, par, tt, torch.tensor([6, 7, 7]), 6, mask)
     assert ((gk - ge).norm() / ge.norm()).item() < 0.05
+
+
+def test_the_embedding_is_read_from_the_blocks(tiny_q4, tiny_target):
+    """The kernels look tokens up in the embedding's blocks (no fp32 table kept): the rows they
+    read are the blocks' values exactly, as QMatrix.dequantised computes them."""
+    from eagle2.model.loading import load_target
+    folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
+    model = load_target(folder, torch.device("cpu"), torch.float32)
+    table = model.embed_tokens.weight if not model.args.tie_embeddings else model.lm_head.weight
+    assert torch.equal(tiny_q4.forward.embedding(), Q.quantise_q8_0(table).dequantised())
+    with pytest.raises(IndexError):
+        Q.rows_of(tiny_q4.forward.lib, tiny_q4.forward.c_embed, torch.tensor([97]))
 
 
 def test_eagle2_q4_kernels_picks_a_slower_cpus_path_or_says_why(tiny_q4, monkeypatch):
     """EAGLE2_Q4_KERNELS=avx2 runs the AVX2 dot products on a VNNI CPU (their timings, the same
     results); a name this CPU lacks, or no name at all, is one warning and the best path stays."""
-    lib = tiny_q4.target.lib
+    lib = tiny_q4.forward.lib
     best = lib.qf_isa()
     warned = []
     try:
         monkeypatch.setenv("EAGLE2_Q4_KERNELS", "avx2")
         Q._force_kernels(lib, warned.append)
-        assert tiny_q4.target.isa == "AVX2" and not warned
+        assert tiny_q4.forward.isa == "AVX2" and not warned
         lib.qf_set_isa(best)
         monkeypatch.setenv("EAGLE2_Q4_KERNELS", "sse9")
         Q._force_kernels(lib, warned.append)

@@ -1,17 +1,14 @@
 """Many visitors at once against the real server (`python app.py` in its own process, on the
-compiled forward): every Step answers, Run and Stop work from several sessions, and the server
-still answers afterwards. Every wait is bounded: a server that hangs fails the test, it never
-hangs the suite.
+q4_1 kernels, the default's backend): every Step answers, Run and Stop work from several
+sessions, and the server still answers afterwards. Every wait is bounded: a server that hangs
+fails the test, it never hangs the suite.
 
-The packages are the tiny model's (seconds to build): they reproduce the deadlock that two
-sessions stepping at once caused on the compiled path (model/compiled.py, Runner). Each test runs
-with an EAGLE-1/2 head and with an EAGLE-3 head, whose target packages return its layers' states.
+The model is a tiny one quantised at load. Each test runs with an EAGLE-1/2 head (its eager step,
+Q8_0 matmuls on the kernels) and with an EAGLE-3 head (its whole step in the kernels), so both
+draft backends run from several threads at once, each call releasing the GIL.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -19,19 +16,10 @@ import urllib.request
 import pytest
 
 from page_controls import STEP_API, ui
-from app_process import REPO, App
+from app_process import App
 
-pytestmark = pytest.mark.slow  # a real server on the compiled path
+pytestmark = pytest.mark.slow  # a real server
 STEP_TIMEOUT = 90.0   # one Step of the tiny model takes well under a second; a hang never answers
-
-
-def compile_for(folder, head: str, cache) -> None:
-    """`python -m eagle2 compile` for one thread into the cache folder `cache`."""
-    env = dict(os.environ, EAGLE2_CACHE=str(cache))
-    r = subprocess.run([sys.executable, "-m", "eagle2", "compile", "--target", str(folder), "--head", head,
-                        "--threads", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "compiled forward" in r.stdout, r.stdout[-2000:]
 
 
 def random_eagle3_head(target_folder, where) -> str:
@@ -51,11 +39,10 @@ def random_eagle3_head(target_folder, where) -> str:
 
 
 @pytest.fixture(scope="module", params=["eagle", "eagle3"])
-def tiny_compiled(request, tiny_target, tmp_path_factory):
-    """(target folder, --head, cache folder holding its compiled packages): a tiny model with a
-    random EAGLE-1/2 head, or a 4-layer one with a random EAGLE-3 head (whose target packages also
-    return the states of the head's layers); the app's default buckets and the head's packages,
-    built for one thread as `python -m eagle2 compile` builds them."""
+def tiny_served(request, tiny_target, tmp_path_factory):
+    """(target folder, --head, cache folder for its kernels' build): a tiny model with a random
+    EAGLE-1/2 head, or a 4-layer one with a random EAGLE-3 head (whose target forward also returns
+    the states of the head's layers)."""
     cache = tmp_path_factory.mktemp("serving-cache")
     if request.param == "eagle":
         folder, _ = tiny_target("serving")
@@ -63,19 +50,24 @@ def tiny_compiled(request, tiny_target, tmp_path_factory):
     else:
         folder, _ = tiny_target("serving4", layers=4)
         head = random_eagle3_head(folder, tmp_path_factory.mktemp("serving-e3head"))
-    compile_for(folder, head, cache)
     return folder, head, cache
 
 
+def serve(tiny_served, tmp_path, concurrency: int) -> App:
+    """The app on the tiny model in q4_1 (the kernels the default runs), ready."""
+    folder, head, cache = tiny_served
+    app = App(tmp_path, "--target", str(folder), "--head", head, "--dtype", "q4_1", "--threads", "1",
+              "--concurrency", str(concurrency), env={"EAGLE2_CACHE": str(cache)})
+    out = app.wait_for("ready at", 0, timeout=180)
+    ready = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
+    assert "q4_1 forward" in ready, ready
+    return app
+
+
 @pytest.fixture()
-def server(tiny_compiled, tmp_path):
-    folder, head, cache = tiny_compiled
-    app = App(tmp_path, "--target", str(folder), "--head", head, "--threads", "1", "--concurrency", "4",
-              env={"EAGLE2_CACHE": str(cache)}, compiled=True)
+def server(tiny_served, tmp_path):
+    app = serve(tiny_served, tmp_path, 4)
     try:
-        out = app.wait_for("ready at", 0, timeout=180)
-        ready = next(ln for ln in out.splitlines() if ln.startswith("ready at"))
-        assert "compiled forward and draft head" in ready, ready   # the path that deadlocked
         yield app
     finally:
         app.stop()
@@ -91,7 +83,7 @@ def client(app):
     return Client(app.url + "/", verbose=False, download_files=False)
 
 
-# Trees within the compiled buckets (8 nodes, the head's calls of up to 4), plain decoding at 1
+# Trees of up to 8 nodes, the head's calls of up to 4, plain decoding at 1
 SETTINGS = dict(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, max_new_tokens=40)
 
 
@@ -117,7 +109,7 @@ def run_threads(fn, n: int, timeout: float) -> list[str]:
     return errors
 
 
-def test_many_sessions_step_at_once_on_the_compiled_path(server):
+def test_many_sessions_step_at_once_on_the_kernels(server):
     """K = 6 sessions, each its own client, press Step 4 times at the same moment: every Step
     answers with its own session's next cycle, and the server answers afterwards."""
     K, S = 6, 4
@@ -182,17 +174,14 @@ def test_run_and_stop_from_two_sessions(server):
     assert not errors, errors
 
 
-def test_steps_take_turns_with_two_runs(tiny_compiled, tmp_path):
+def test_steps_take_turns_with_two_runs(tiny_served, tmp_path):
     """At concurrency 2, two visitors Run long answers and a third presses Step three times: its
     Steps answer while both Runs go on (each Run is a chain of queued Steps, not a slot held to
     the end of its answer), and both Runs then reach their end. No timing is asserted: the order
     of events is."""
-    folder, head, cache = tiny_compiled
-    app = App(tmp_path, "--target", str(folder), "--head", head, "--threads", "1", "--concurrency", "2",
-              env={"EAGLE2_CACHE": str(cache)}, compiled=True)
+    app = serve(tiny_served, tmp_path, 2)
     long = dict(SETTINGS, max_new_tokens=160)
     try:
-        app.wait_for("ready at", 0, timeout=180)
         cycles = {0: 0, 1: 0}
 
         def runner(i):
@@ -234,7 +223,7 @@ def test_sessions_starting_at_once_measure_nothing_on_the_server(tiny_target, tm
     folder, _ = tiny_target("serving-quiet")
     cache = tmp_path / "verify_times.json"
     app = App(tmp_path, "--target", str(folder), "--head", "random", "--threads", "1", "--concurrency", "4",
-              "--no-compile", env={"EAGLE2_TIMING_CACHE": str(cache)})
+              env={"EAGLE2_TIMING_CACHE": str(cache)})
 
     def measured() -> list[str]:
         return [ln for ln in app.text()[1].splitlines() if ln.startswith("t(N) measured")]

@@ -39,7 +39,7 @@ def draft_trees(bundle, policy, cycles=3, prompt=(4, 8, 15, 16, 23, 42)):
         s = dec.state
         hc = s.hcache
         snap = (hc.k.clone(), hc.v.clone(), hc.length)
-        runner = HeadRunner(bundle.head, hc, s.reading.g, base_pos=hc.length - 1)
+        runner = HeadRunner(bundle.draft, hc, s.reading.g, base_pos=hc.length - 1, root_logp=s.reading.logp)
         tree = dec.policy.draft(runner, s.root)
         yield tree, snap, s.reading.g.clone(), runner
         dec.step()

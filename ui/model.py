@@ -43,19 +43,13 @@ class ModelHolder:
         self.elapsed = None
         self.options: dict = {}
         self.recalibrate = False     # re-measure t(N) once loaded (app.py --recalibrate)
-        self.compile = "auto"        # the compiled forward: built in the background unless "no"
-        self.compile_note: str | None = None
 
-    def start(self, target=None, head=None, device="cpu", dtype=None, recalibrate: bool = False,
-              compile: str = "auto") -> None:
-        """Load in the background; `recalibrate` re-measures this machine's t(N) once loaded;
-        `compile` "no" keeps the eager forward, else missing compiled packages are built by a
-        low-priority background process while the eager forward serves."""
+    def start(self, target=None, head=None, device="cpu", dtype=None, recalibrate: bool = False) -> None:
+        """Load in the background; `recalibrate` re-measures this machine's t(N) once loaded."""
         if self.loading is not None:
             return
         self.options = dict(target=target, head=head, device=device, dtype=dtype)
         self.recalibrate = recalibrate
-        self.compile = compile
         self.t0 = time.time()
         self.stage = "starting"
         self.loading = in_background(self._load, "eagle2-model-loader")
@@ -90,8 +84,6 @@ class ModelHolder:
                             f"{default_policy('cpu')} is the policy that pays on a CPU.")
             opts["device"], opts["dtype"] = "cpu", None
             b = load_bundle(**opts)
-        self.stage = "looking for the compiled forward"
-        self._attach_compiled(b, opts)
         self.stage = "warming up (token table)"
         b.token_texts([0])
         # t(N), the auto budget's starting costs: measured now if this machine has no table
@@ -111,34 +103,10 @@ class ModelHolder:
         except (UserError, RuntimeError, OSError, TimeoutError) as e:
             log.warning("t(N) not measured at start-up (%s: %s)", type(e).__name__, e)
 
-    def _attach_compiled(self, b, opts: dict) -> None:
-        import torch
-        from eagle2.model.compiled import attach
-        argv = ["--device", "cpu", "--threads", str(torch.get_num_threads())]
-        if opts.get("target"):
-            argv += ["--target", str(opts["target"])]
-        if opts.get("head"):
-            argv += ["--head", str(opts["head"])]
-        try:
-            line = attach(b, "no" if self.compile == "no" else "auto", background_argv=argv)
-            if b.precision == "q4_1":  # its own kernels: nothing compiles in the background
-                self.compile_note = line
-            ct = b.target.compiled
-            if ct is not None and not ct.complete():  # packages still to land: their t(N) then,
-                from eagle2.model.measurer import request_measurement  # measured when quiet
-                ct.on_complete = lambda: request_measurement(b)
-        except Exception as e:  # an optimisation only: the eager forward serves, the log has the traceback
-            log.warning("compiled forward unavailable", exc_info=True)
-            b.target.compiled = b.head.compiled = None
-            what = "" if isinstance(e, (UserError, RuntimeError, OSError)) else "unexpected "
-            self.compile_note = f"eager forward (the compiled one is unavailable: {what}{type(e).__name__}: {e})"
-
     def forward_line(self) -> str:
-        """Which forward runs now (the compiled packages land one by one while the page serves)."""
-        ct = getattr(getattr(self.bundle, "target", None), "compiled", None)
-        if ct is None:
-            return self.compile_note or ("eager forward" + (" (--no-compile)" if self.compile == "no" else ""))
-        return ct.describe()
+        """Which forwards run (load_bundle chose them once)."""
+        b = self.bundle
+        return b.description if b is not None else ""
 
     def set(self, bundle) -> None:
         """Use an already loaded bundle (tests, the trace recorder)."""
@@ -191,8 +159,6 @@ class ModelHolder:
         if self.bundle is not None:
             b = self.bundle
             dev = f"{b.device.type} · {b.precision or str(b.dtype).replace('torch.', '')}"
-            if b.precision == "q4_1":
-                dev += " (the GGUF's blocks, integer kernels)"
             head = str(b.head_name)
             if Path(head).is_absolute():  # a machine path (a bundle from elsewhere): its folder's name
                 head = Path(head).name

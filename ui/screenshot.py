@@ -35,8 +35,8 @@ def free_port() -> int:
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
-    """Stop a process started with start_new_session=True and everything it started (the app's
-    background compiler): SIGTERM to the group, SIGKILL after `grace` seconds."""
+    """Stop a process started with start_new_session=True and everything it started: SIGTERM to
+    the group, SIGKILL after `grace` seconds."""
     if proc.poll() is not None:
         return
     os.killpg(proc.pid, signal.SIGTERM)
@@ -48,22 +48,14 @@ def stop_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
 
 
 @contextlib.contextmanager
-def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1, compiled: bool = False):
+def serve_app(log_path: Path, timeout: float = 120.0, threads: int = 1):
     """`python app.py` on a free localhost port, its output in `log_path`; yields the page's URL
-    once it answers, and stops the server (its whole process group) on exit. `compiled`: build
-    the compiled forward first (`python -m eagle2 compile`, minutes once per machine) and serve
-    with it; otherwise --no-compile and EAGLE2_COMPILE=0, which whatever the app starts inherits
-    (tests: no background compile competing for the CPU)."""
+    once it answers, and stops the server (its whole process group) on exit."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = config.child_env(GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1",
-                    EAGLE2_COMPILE="1" if compiled else "0")
+    env = config.child_env(GRADIO_ANALYTICS_ENABLED="False", EAGLE2_THREADS=str(threads), PYTHONUNBUFFERED="1")
     with open(log_path, "w") as log:
-        if compiled:
-            subprocess.run([sys.executable, "-m", "eagle2", "compile", "--threads", str(threads)], cwd=ROOT, env=env,
-                           stdout=log, stderr=subprocess.STDOUT, check=True)
-        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port),
-                                 "--compile" if compiled else "--no-compile"],
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)],
                                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         url = f"http://127.0.0.1:{port}/"
         try:
@@ -147,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--full-page", action="store_true", help="the whole page, not only the viewport")
     ap.add_argument("--log", type=Path, default=ROOT / "test-artifacts" / "screenshot-server.log")
     a = ap.parse_args(argv)
-    with serve_app(a.log, compiled=True) as url, chromium() as browser:
+    with serve_app(a.log) as url, chromium() as browser:
         ctx, page = open_page(browser, url, a.width, a.height)
         try:
             wait_model_ready(page)

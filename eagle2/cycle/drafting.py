@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..model.head import DraftHead
+from ..model.forward import DraftForward
 from ..model.llama import KVCache
 from ..phases import PhaseClock
 from .sampling import SamplingParams
@@ -21,17 +21,16 @@ DRAFT_TOPK = 16
 
 
 class HeadRunner:
-    def __init__(self, head: DraftHead, cache: KVCache, root_g: torch.Tensor, base_pos: int,
-                 sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
-                 root_logp: torch.Tensor | None = None, clock: PhaseClock | None = None,
-                 root_top: tuple | None = None, root_seconds: float = 0.0):
-        self.head = head
+    def __init__(self, draft: DraftForward, cache: KVCache, root_g: torch.Tensor, base_pos: int,
+                 root_logp: torch.Tensor, sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
+                 clock: PhaseClock | None = None, root_top: tuple | None = None, root_seconds: float = 0.0):
+        self.draft = draft
         self.clock = clock or PhaseClock()        # the cycle's: each head call is its draft_head phase
         self.sampling = sampling or SamplingParams()
         self.gen = gen if gen is not None else torch.Generator().manual_seed(0)
         self.cache = cache
         self.root_g = root_g                      # [D] predicted feature at the root's position
-        self.root_logp = head.draft_logprobs(root_g) if root_logp is None else root_logp  # [V_draft]
+        self.root_logp = root_logp                # [V_draft]: the head's reading at the root
         # (log-probs, their top k ranked with them): what topk answers without ranking again
         self.ranked = [(self.root_logp, root_top)]
         self.root_seconds = root_seconds          # what the head took for the root's reading: a call's price
@@ -65,7 +64,7 @@ class HeadRunner:
         tok = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.tensor([self.base_pos + d for d in depths], dtype=torch.long, device=dev)
         self.clock.lap("draft_tree")              # the tree's work since the last call, these inputs
-        g, logp, top = self.head.forward_draft(self.cache, parent_g, tok, pos, self.start + s0, mask, DRAFT_TOPK)
+        g, logp, top = self.draft.step(self.cache, parent_g, tok, pos, self.start + s0, mask, DRAFT_TOPK)
         self.ranked = [self.ranked[0], (logp, top)]
         self.clock.lap("draft_head")
         self.used += k
@@ -80,4 +79,4 @@ class HeadRunner:
             if lp is logp and top is not None and k <= top[0].shape[-1]:
                 return top[0][..., :k], top[1][..., :k]
         v, i = logp.topk(k, dim=-1)
-        return v, self.head.to_target_ids(i)
+        return v, self.draft.to_target_ids(i)

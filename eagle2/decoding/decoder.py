@@ -116,7 +116,7 @@ class Decoder:
         """Prefill the prompt; emits the first token (cycle 0)."""
         ids = list(input_ids) if input_ids is not None else prompt_ids(self.b.tokenizer, prompt, messages, raw)
         check(len(ids) >= 1, "The prompt is empty: type something first.")
-        ctx = self.b.target.args.max_positions
+        ctx = self.b.args.max_positions
         check(len(ids) + 2 <= ctx,
               f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
         dev = self.b.device
@@ -125,13 +125,12 @@ class Decoder:
         draft_gen = torch.Generator(device="cpu").manual_seed(((self.sampling.seed or 0) * 1_000_003 + 7919) % (2 ** 63))
         slack = 64 + (self.policy.total_tokens if self.policy is not None else 0)
         cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
-        cache, hcache = self.b.target.new_cache(cap), self.b.head.new_cache(cap + 1024)
+        cache, hcache = self.b.forward.new_cache(cap), self.b.draft.new_cache(cap + 1024)
 
         clock = self._clock()
         tokens = torch.tensor(ids, dtype=torch.long, device=dev)
         clock.lap("verify_inputs")
-        feats, head_feats = self.b.target.forward_draft(cache, tokens, torch.arange(len(ids), device=dev))
-        logits = self.b.target.logits(feats[-1])
+        head_feats, logits = self.b.forward.prefill(cache, tokens, torch.arange(len(ids), device=dev))
         clock.lap("target_forward")
         root = choose(logits, self.sampling, accept_gen)
         clock.lap("accept")
@@ -168,8 +167,8 @@ class Decoder:
         s = self.absorbed(s, clock)
         # 2. Draft a tree under the root: the policy decides its shape.
         hc = s.hcache
-        runner = HeadRunner(b.head, hc, s.reading.g, base_pos=hc.length - 1, sampling=self.sampling,
-                            gen=draft_gen, root_logp=s.reading.logp, clock=clock, root_top=s.reading.top,
+        runner = HeadRunner(b.draft, hc, s.reading.g, base_pos=hc.length - 1, root_logp=s.reading.logp,
+                            sampling=self.sampling, gen=draft_gen, clock=clock, root_top=s.reading.top,
                             root_seconds=s.reading.seconds)
         tree = policy.draft(runner, s.root)
         clock.lap("draft_tree")
@@ -178,7 +177,7 @@ class Decoder:
         L = s.cache.length
         cache = self._room(s.cache, L + tree.n_kept)
         vb = layout(tree, L, dev)
-        feats, logits = b.target.forward_logits(cache, vb.tokens, vb.positions, vb.mask, clock=clock)
+        feats, logits = b.forward.verify(cache, vb.tokens, vb.positions, vb.mask, clock=clock)
         clock.lap("target_forward")
         # 4. Accept a path by the policy's rule (lossless unless it says otherwise) and a bonus token.
         path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
@@ -213,9 +212,9 @@ class Decoder:
         clock = clock or self._clock()
         feats, toks = s.pending
         hc, n, dev = copy.copy(s.hcache), len(toks), self.b.device
-        g, logp, top = self.b.head.forward_draft(hc, feats, torch.tensor(toks, device=dev),
-                                                 torch.arange(hc.length, hc.length + n, device=dev), hc.length,
-                                                 k=DRAFT_TOPK)
+        g, logp, top = self.b.draft.step(hc, feats, torch.tensor(toks, device=dev),
+                                         torch.arange(hc.length, hc.length + n, device=dev), hc.length,
+                                         k=DRAFT_TOPK)
         hc.advance(n)
         seconds = clock.lap("draft_head")
         return replace(s, hcache=hc, pending=None,
@@ -226,8 +225,8 @@ class Decoder:
         clock = self._clock()
         cache = self._room(s.cache, s.cache.length + 1)
         dev = self.b.device
-        _, logits = self.b.target.forward_logits(cache, torch.tensor([s.root], device=dev),
-                                                 torch.tensor([cache.length], device=dev), clock=clock)
+        _, logits = self.b.forward.verify(cache, torch.tensor([s.root], device=dev),
+                                          torch.tensor([cache.length], device=dev), clock=clock)
         clock.lap("target_forward")
         nxt = choose(logits[0], self.sampling, s.accept_gen)
         clock.lap("accept")
@@ -286,7 +285,7 @@ class Decoder:
         """A view of the cache for this cycle, with room for n slots (a larger copy if need be)."""
         if n <= cache.max_len:
             return copy.copy(cache)
-        new = self.b.target.new_cache(n + 64)
+        new = self.b.forward.new_cache(n + 64)
         new.k[:, :, :, : cache.length] = cache.k[:, :, :, : cache.length]
         new.v[:, :, :, : cache.length] = cache.v[:, :, :, : cache.length]
         new.length = cache.length
@@ -306,7 +305,7 @@ class Decoder:
         if len(out) >= room:
             out = out[:room]
             finished = finished or "max_new_tokens"
-        if s.cache.length + 2 >= self.b.target.args.max_positions - 1:
+        if s.cache.length + 2 >= self.b.args.max_positions - 1:
             finished = finished or "context"
         spent = tuple((k, v + timings[key(k)]) for k, v in s.spent)
         self.state = s = replace(s, generated=s.generated + tuple(out), finished=finished, spent=spent,
@@ -397,7 +396,7 @@ class Cycle:
     """What one draft -> verify -> accept produced."""
     tree: DraftTree
     vb: VerifyBatch
-    feats: torch.Tensor          # what the draft head reads at every verified node (forward_logits)
+    feats: torch.Tensor          # what the draft head reads at every verified node (forward.verify)
     logits: torch.Tensor
     path_pos: list[int]          # accepted verify positions (root excluded)
     bonus: int

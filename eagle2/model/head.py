@@ -25,13 +25,12 @@ class DraftHead(nn.Module):
     a KV cache, RoPE tables, log-probabilities over the draft vocabulary and their map back to
     target ids. A subclass has `embed_tokens` and `fc` (whose weight fixes device and dtype) and
     defines step(emb, hidden, cos, sin, past_k, past_v, past_mask, new_mask) -> (g, K, V), its
-    pure forward (the eager path and the compiled package both run it): g [B, T, D] are the
-    vectors draft_logprobs reads and that tree nodes feed back as their children's features."""
+    pure forward: g [B, T, D] are the vectors draft_logprobs reads and that tree nodes feed back as
+    their children's features."""
 
     # Target layers whose input hidden states the head reads (LlamaModel.aux_layers); empty: the
     # target's final post-norm features.
     aux_layers: tuple[int, ...] = ()
-    compiled = None  # a compiled.CompiledTarget holding this head's packages, when attached
 
     def __init__(self, args: LlamaArgs, draft_vocab: torch.Tensor | None = None):
         super().__init__()
@@ -52,10 +51,10 @@ class DraftHead(nn.Module):
             self.lm_weight = target_lm_weight
         self.lm_packed = None
 
-    def pack(self) -> None:
-        """Prepack the frozen weights for CPU inference (see llama.PackedWeight)."""
-        pack_linears(self)
-        self.lm_packed = PackedWeight.build(self.lm_weight)
+    def pack(self, prepare=PackedWeight.build) -> None:
+        """Prepare the frozen weights' copies for inference once (llama.pack_linears)."""
+        pack_linears(self, prepare)
+        self.lm_packed = prepare(self.lm_weight)
 
     def rope(self, n: int):
         self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, self.fc.weight)
@@ -69,9 +68,7 @@ class DraftHead(nn.Module):
         w = self.fc.weight
         self.rope(max_len + 1)
         a = self.args
-        # the forward that runs it may keep its cache in another dtype (the q4_1 kernels: fp16)
-        dtype = getattr(self.compiled, "cache_dtype", None) or w.dtype
-        return KVCache(1, a.n_kv_heads, max_len, a.head_dim, dtype, w.device)
+        return KVCache(1, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device)
 
     def draft_logprobs(self, g: torch.Tensor) -> torch.Tensor:
         """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""
@@ -87,16 +84,11 @@ class DraftHead(nn.Module):
                       k: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
         """forward_logprobs, and with k > 0 each row's k most likely draft tokens: (g [T, D],
         log-probs [T, V_draft], (their log-probs [T, k'], target ids [T, k']) or None), k' =
-        min(k, V_draft), best first. Through the compiled packages or the q4_1 kernels when
-        attached and they serve T (compiled.py, quantized.Head3Kernels), else eager."""
-        out = None
-        if self.compiled is not None:
-            out = self.compiled.run_head(cache, features, tokens, positions, start, tree_mask, k)
-        if out is None:
-            g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
-            out = (g, self.draft_logprobs(g), None)
-        g, logp, top = out
-        if k and top is None:
+        min(k, V_draft), best first (forward.DraftForward.step's contract)."""
+        g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
+        logp = self.draft_logprobs(g)
+        top = None
+        if k:
             v, i = logp.topk(min(k, logp.shape[-1]), dim=-1)
             top = (v, self.to_target_ids(i))
         return g, logp, top
@@ -119,8 +111,8 @@ class DraftHead(nn.Module):
         return g[0]
 
     def hidden_input(self, features: torch.Tensor) -> torch.Tensor:
-        """What the head's compiled function reads as `features` (exported.py): for an EAGLE-1/2
-        head the features as given (its fc is inside the function)."""
+        """What `step` reads as `hidden`: for an EAGLE-1/2 head the features as given (its fc is
+        inside `step`)."""
         return features
 
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:

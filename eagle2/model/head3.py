@@ -67,7 +67,7 @@ class Eagle3Head(DraftHead):
 
     def hidden_input(self, features: torch.Tensor) -> torch.Tensor:
         """The layer's D-wide hidden input: fc of the fused target states, or a fed-back output as
-        it is (what `step` and the compiled package take)."""
+        it is (what `step` takes)."""
         return features if features.shape[-1] == self.args.dim else self.fc(features)
 
     # ------------------------------------------------------------ training (eagle2_train/train.py)

@@ -4,11 +4,11 @@ gpt-fast style: plain modules, a preallocated KV cache, and one forward that tak
 positions and an explicit attention mask, so tree attention and cache commits are ours to control.
 The same Block serves the target and the EAGLE-1/2 draft head (which has no input norm); the
 default head, EAGLE-3, has its own layer (head3.py) built from this file's Attention and MLP. The
-q4_1 forward (quantized.py) is a subclass that runs the same maths on the GGUF's blocks.
+q4_1 backend (quantized.py) runs the same maths on the GGUF's blocks in C; forward.py holds both
+behind one interface.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -147,7 +147,7 @@ class PackedWeight:
     A whole target forward + logits got 1.09x faster for 1 token, 1.3-1.5x for 2-64 tokens
     (`python -m eagle2 profile --compare-pack`, interleaved; benchmarks/README.md).
     Inference only: the copies do not follow later changes of the weight, so `valid_for` checks
-    that it is still the same, unmodified tensor."""
+    that it is still the same, unmodified tensor. quantized.Q8Weight has the same contract."""
 
     def __init__(self, weight: torch.Tensor, rows_hint: int = 16):
         w = weight.detach()
@@ -157,6 +157,12 @@ class PackedWeight:
 
     def valid_for(self, weight: torch.Tensor) -> bool:
         return self.key == (weight.data_ptr(), weight._version, tuple(weight.shape))
+
+    def apply(self, x2: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x2 [rows, in] @ weight.T (+ bias)."""
+        if x2.shape[0] == 1:
+            return x2 @ self.t if bias is None else torch.addmm(bias, x2, self.t)
+        return torch.ops.mkldnn._linear_pointwise(x2.contiguous(), self.data, bias, "none", [], "")
 
     @staticmethod
     def build(weight: torch.Tensor) -> "PackedWeight | None":
@@ -170,56 +176,34 @@ class PackedWeight:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            packed: PackedWeight | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias), through the packed copies when they are current."""
+    """x @ weight.T (+ bias), through the prepared copy (`packed`: a PackedWeight or a
+    quantized.Q8Weight, one contract) when it is current."""
     if (packed is None or not packed.valid_for(weight)
             or (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))):
         return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
-    x2 = x.reshape(rows, -1)
-    if hasattr(packed, "apply"):  # a copy for this project's kernels (quantized.KernelWeight)
-        return packed.apply(x2, bias).reshape(*x.shape[:-1], -1)
-    if rows == 1:
-        y = x2 @ packed.t if bias is None else torch.addmm(bias, x2, packed.t)
-    else:
-        y = torch.ops.mkldnn._linear_pointwise(x2.contiguous(), packed.data, bias, "none", [], "")
-    return y.reshape(*x.shape[:-1], -1)
+    return packed.apply(x.reshape(rows, -1), bias).reshape(*x.shape[:-1], -1)
 
 
 class Linear(nn.Linear):
-    """nn.Linear that can carry a PackedWeight for fast few-row inference on CPU (`pack()`)."""
+    """nn.Linear that can carry a prepared copy of its frozen weight for few-row inference
+    (`pack()`, once at load)."""
 
     packed: PackedWeight | None = None
 
-    def pack(self) -> None:
-        self.packed = PackedWeight.build(self.weight)
+    def pack(self, prepare=PackedWeight.build) -> None:
+        self.packed = prepare(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.packed)
 
 
-def pack_linears(module: nn.Module) -> None:
-    """Prepack every Linear of a frozen module (a no-op off CPU fp32: PackedWeight.build)."""
+def pack_linears(module: nn.Module, prepare=PackedWeight.build) -> None:
+    """Prepare every Linear of a frozen module once: `prepare(weight)` gives its copy or None
+    (PackedWeight.build: a no-op off CPU fp32)."""
     for m in module.modules():
         if isinstance(m, Linear):
-            m.pack()
-
-
-@contextlib.contextmanager
-def plain_linears(*modules: nn.Module):
-    """The modules' matmuls without their packed copies for a while (what torch.export traces:
-    a graph must hold plain weights, which its compiler packs its own way)."""
-    saved = []
-    for module in modules:
-        for m in module.modules():
-            for name in ("packed", "lm_packed"):
-                if getattr(m, name, None) is not None:
-                    saved.append((m, name, getattr(m, name)))
-                    setattr(m, name, None)
-    try:
-        yield
-    finally:
-        for m, name, value in saved:
-            setattr(m, name, value)
+            m.pack(prepare)
 
 
 def _additive(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -239,8 +223,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tens
 
 def attend_in_parts(q, k, v, past_k, past_v, past_mask, new_mask) -> torch.Tensor:
     """`attend` as the CPU flash kernel twice, once per part, merged by the log-sum-exps it
-    returns: the cache is read where it lies (no copy, whatever its length), and a compiled graph
-    runs no Python for it (the kernel has an AOTInductor C shim)."""
+    returns: the cache is read where it lies (no copy, whatever its length)."""
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     out, lse = flash(q, k, v, attn_mask=None if new_mask is None else _additive(new_mask, q))
     if past_k.shape[2] == 0:
@@ -340,8 +323,6 @@ class LlamaModel(nn.Module):
     """The target: embeddings, blocks, final norm, LM head. forward() returns the post-norm
     features (EAGLE's f); logits() applies the LM head to whichever rows are needed."""
 
-    cache_dtype: torch.dtype | None = None  # the K/V cache's dtype when not the weights' (q4_1: fp16)
-
     def __init__(self, a: LlamaArgs):
         super().__init__()
         self.args = a
@@ -352,7 +333,6 @@ class LlamaModel(nn.Module):
         if a.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self._cos = self._sin = None
-        self.compiled = None  # the compiled forward (compiled.CompiledTarget) when attached: forward_logits uses it
         # What an EAGLE-3 draft head reads (load_bundle sets it from the head): the hidden states
         # entering these layers (n_layers = the last layer's output, before the final norm),
         # side by side. Empty: the head reads the final post-norm features.
@@ -373,7 +353,7 @@ class LlamaModel(nn.Module):
         w = self.lm_head.weight
         self.rope(max_len + 1)
         a = self.args
-        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, self.cache_dtype or w.dtype, w.device, batch)
+        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, w.dtype, w.device, batch)
 
     @torch.no_grad()
     def forward_cached(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
@@ -400,22 +380,6 @@ class LlamaModel(nn.Module):
         aux = []
         feats = self.forward_cached(cache, tokens, positions, tree_mask, aux)
         return feats, torch.cat(aux, dim=-1)[0]
-
-    @torch.no_grad()
-    def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                       tree_mask: torch.Tensor | None = None, clock=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward_draft, then the logits of every row: (what the draft head reads [T, F], logits
-        [T, vocab]). Through the compiled backend when one is attached and serves T (compiled.py
-        runs `step`, this same code, compiled), else eager. `clock` (a cycle's PhaseClock): its
-        verify_inputs phase is closed just before the forward's own computation starts."""
-        if self.compiled is not None:
-            out = self.compiled.run(cache, tokens, positions, tree_mask, clock)
-            if out is not None:
-                return out
-        if clock is not None:
-            clock.lap("verify_inputs")
-        feats, head_feats = self.forward_draft(cache, tokens, positions, tree_mask)
-        return head_feats, self.logits(feats)
 
     @torch.no_grad()
     def forward_batch(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
@@ -445,7 +409,7 @@ class LlamaModel(nn.Module):
 
     def step(self, x: torch.Tensor, cos, sin, past_k: torch.Tensor, past_v: torch.Tensor,
              past_mask: torch.Tensor | None, new_mask: torch.Tensor | None, with_aux: bool = False):
-        """The target's forward, pure (the eager path and the compiled packages run this code):
+        """The target's forward, pure:
         embeddings x [B,T,D] after the cached slots past_k/past_v [L,B,kv,S,d] (views) ->
         (post-norm features [B,T,D], the states entering the `aux_layers` (with_aux), the new K
         and V [L,B,kv,T,d])."""

@@ -1,6 +1,8 @@
-"""Load a target model + tokenizer + EAGLE head onto a device, once, from presets, folders or ids."""
+"""Load a target model + tokenizer + EAGLE head onto a device, once, from presets, folders or ids,
+and choose the backend that runs them (forward.py), once."""
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
 from dataclasses import dataclass, field
@@ -11,6 +13,7 @@ from safetensors import safe_open
 
 from ..devices import is_cuda
 from ..errors import UserError
+from .forward import DraftForward, EagerDraft, EagerTarget, TargetForward
 from .head import DraftHead, EagleHead, head_from_checkpoint, read_checkpoint
 from .head3 import head3_from_checkpoint, is_eagle3
 from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
@@ -21,9 +24,14 @@ SUPPORTED = {"llama", "mistral", "qwen2"}
 
 @dataclass
 class Bundle:
-    """Everything a decoder needs, loaded once per process and shared by sessions (read-only)."""
-    target: LlamaModel
-    head: DraftHead  # EagleHead (EAGLE-1/2) or Eagle3Head
+    """Everything a decoder needs, loaded once per process and shared by sessions (read-only).
+    `forward` and `draft` run the target and the head (forward.py: one backend, chosen at load);
+    `target` and `head` are the torch modules where their eager forward is the one that runs, else
+    None (the q4_1 kernels keep only the blocks they read)."""
+    forward: TargetForward
+    draft: DraftForward
+    target: LlamaModel | None
+    head: DraftHead | None  # EagleHead (EAGLE-1/2) or Eagle3Head
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
@@ -37,22 +45,37 @@ class Bundle:
         """Display text of single tokens, from a table decoded once per bundle."""
         texts = self.derived.get("token_texts")
         if texts is None:
-            V = self.target.args.vocab_size
+            V = self.args.vocab_size
             texts = self.derived["token_texts"] = self.tokenizer.batch_decode([[i] for i in range(V)])
         n = len(texts)
         return [texts[i] if 0 <= i < n else f"<{i}>" for i in ids]
 
     @property
-    def packed(self) -> bool:
-        """Whether the target runs on prepacked weights (llama.PackedWeight)."""
-        return self.target.lm_head.packed is not None
+    def args(self) -> LlamaArgs:
+        """The target's sizes."""
+        return self.forward.args
+
+    @property
+    def description(self) -> str:
+        """One line: which forwards run."""
+        return f"{self.forward.description}; {self.draft.description}"
 
     @property
     def eos_ids(self) -> set[int]:
-        ids = set(self.target.args.eos_ids)
+        ids = set(self.args.eos_ids)
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         return ids
+
+
+def give_back_freed_memory() -> None:
+    """Return freed heap pages to the system: glibc keeps them (here the fp32 tensors the q4_1
+    backend let go, the head's initial tables), and they count in the process's resident memory
+    (about 170 MB at ready, measured). A no-op where the C library has no malloc_trim."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -185,18 +208,6 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         where, ["config.json", "*.safetensors", "tokenizer*", "special_tokens_map.json", "*.jinja",
                 "generation_config.json", "vocab.json", "merges.txt"])
     model = load_target(folder, dev, dt)
-    precision = str(dt).removeprefix("torch.")
-    if q4:
-        from .quantized import quantized
-        from .weights import embedded_gguf
-        key = embedded_key(target)
-        qm = quantized(model, embedded_gguf(key) if key else None,
-                       log=lambda line: print(f"eagle2: {line}", file=sys.stderr, flush=True))
-        if qm is None:
-            print("eagle2: --dtype q4_1 is not available here (the line above says why); running float32.",
-                  file=sys.stderr, flush=True)
-        else:
-            model, precision = qm, qm.precision
     try:
         tok = AutoTokenizer.from_pretrained(str(folder))
     except Exception as e:
@@ -218,14 +229,31 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     if not getattr(h, "has_embed", False):
         h.embed_tokens.weight = torch.nn.Parameter(model.embed_tokens.weight.detach(), requires_grad=False)
     h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
-    model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states (eager forward)
+    model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states
     for p in list(model.parameters()) + list(h.parameters()):
         p.requires_grad_(False)
-    if precision == "q4_1":  # the head's matmuls through the same kernels, in Q8_0 (quantized.kernel_head)
-        from .quantized import kernel_head
-        kernel_head(h, model.lib)
-    elif pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
+    name = preset.description if preset else str(target)
+    kernels = None
+    if q4:
+        from .quantized import kernel_backends
+        from .weights import embedded_gguf
+        key = embedded_key(target)
+        kernels = kernel_backends(model, h, embedded_gguf(key) if key else None,
+                                  log=lambda line: print(f"eagle2: {line}", file=sys.stderr, flush=True))
+        if kernels is None:
+            print("eagle2: --dtype q4_1 is not available here (the line above says why); running float32.",
+                  file=sys.stderr, flush=True)
+    if kernels is not None:
+        # the backend holds what it runs: the fp32 target goes (and the head, where the kernels run its step)
+        fwd, draft = kernels
+        keep_head = h if isinstance(draft, EagerDraft) else None
+        del model, h
+        give_back_freed_memory()
+        return Bundle(fwd, draft, None, keep_head, tok, dev, dt, name, head_name, fwd.precision)
+    if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
         pack_linears(model)
         h.pack()
-    name = preset.description if preset else str(target)
-    return Bundle(model, h, tok, dev, dt, name, head_name, precision)
+    packed = model.lm_head.packed is not None
+    fwd = EagerTarget(model, packed)
+    draft = EagerDraft(h, "prepacked weights" if packed else str(dt).removeprefix("torch."))
+    return Bundle(fwd, draft, model, h, tok, dev, dt, name, head_name, str(dt).removeprefix("torch."))

@@ -1,6 +1,6 @@
 """The process's one background measurer of t(N) (model/timing.py): no visitor's Step measures.
 
-The app asks it at start-up and when the compiled packages land; a budget asks it when the cache
+The app asks it at start-up; a budget asks it when the cache
 has no plausible table for its forward (it starts meanwhile from timing.prior_times). One
 worker thread measures, one request per cache key at a time. It measures only when nothing has
 decoded in this process for `settle_s` seconds, gives way as soon as a decode starts (the

@@ -55,6 +55,29 @@ inline const uint16_t* scales_at(const QMat& w, const uint8_t* blk) {
     return (const uint16_t*)(blk + (w.type == Q4_1 ? 256 : 512));
 }
 
+// Row r of a packed matrix as the floats its blocks hold: d * q (+ m for Q4_1), each one IEEE
+// multiply (and add) as quantized.QMatrix.dequantised computes them. The embedding lookup reads
+// the token embedding's blocks through it, so the backend keeps no fp32 copy of the table.
+inline void dequantise_row(const QMat& w, int r, float* out) {
+    const int g = r / GROUP, c = r % GROUP, nb = w.K / QK;
+    for (int b = 0; b < nb; ++b) {
+        const uint8_t* blk = block_at(w, g, b);
+        const uint16_t* sc = scales_at(w, blk);
+        const float d = _cvtsh_ss(sc[c]);
+        float* o = out + (size_t)b * QK;
+        if (w.type == Q8_0) {
+            for (int i = 0; i < QK; ++i) o[i] = d * (float)(int8_t)blk[(i / 4) * 64 + 4 * c + i % 4];
+        } else {
+            const float m = _cvtsh_ss(sc[GROUP + c]);
+            for (int i = 0; i < QK / 2; ++i) {
+                const uint8_t byte = blk[(i / 4) * 64 + 4 * c + i % 4];
+                o[i] = d * (float)(byte & 15) + m;
+                o[QK / 2 + i] = d * (float)(byte >> 4) + m;
+            }
+        }
+    }
+}
+
 // Activation rows quantised per block of 32 to int8, block-major so that a tile of rows reads one
 // block of all its rows from one place: q [nb][M][32]; per (block, row) the scale d = amax / 127,
 // the integer sum of the q and s = d * sum (Q4_1's offsets multiply s).

@@ -42,7 +42,7 @@ struct QModel {
     const QLayer* layers;  // [L]
     const float* norm;     // [D] final norm
     QMat lm_head;
-    const float* embed;    // [vocab, D] the token embedding
+    QMat embed;            // [vocab, D] the token embedding's blocks (tied models: lm_head's)
 };
 
 struct QHead3 {  // the EAGLE-3 draft head's layer (Q8_0 matrices, q/k/v reading 2 x D)
@@ -56,7 +56,7 @@ struct QHead3 {  // the EAGLE-3 draft head's layer (Q8_0 matrices, q/k/v reading
 struct QDraft {  // the EAGLE-3 draft head as one draft step runs it
     QHead3 layer;
     QMat fc;               // [D, width]: the target's states side by side to D (data null: none)
-    const float* embed;    // [vocab, D] the token embedding
+    QMat embed;            // [vocab, D] the token embedding's blocks (the target's, when shared)
     const float* norm;     // [D] the final norm
     QMat lm;               // [V_draft, D] the draft vocabulary's LM head
     const int64_t* ids;    // [V_draft] each draft index's target id, or null (the same)
@@ -295,6 +295,16 @@ const char* qf_layout() {
 }
 
 int qf_block_bytes(int type) { return block_bytes(type); }
+
+// Rows of a packed matrix as floats (the embedding as a table, made on demand: LANTERN's
+// neighbours, the tests). Returns -1 for a row outside it.
+int qf_rows(const QMat* w, const int64_t* rows, int n, float* out) {
+    for (int i = 0; i < n; ++i) {
+        if (rows[i] < 0 || rows[i] >= w->N) return -1;
+        dequantise_row(*w, (int)rows[i], out + (size_t)i * w->K);
+    }
+    return 0;
+}
 int qf_ops() { return N_OPS; }
 
 // Which integer dot product runs: 0 AVX2, 1 AVX-VNNI, 2 AVX512-VNNI (the CPU's best by default).
@@ -376,8 +386,7 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
         Team tm{tid, omp_get_num_threads(), Clock(thread_prof(prof, tid)), {}};
         int lo, hi;
         tm.share(T, 1, lo, hi);  // rows
-        for (int t = lo; t < hi; ++t)
-            std::memcpy(x + (size_t)t * D, md->embed + (size_t)tokens[t] * D, sizeof(float) * D);
+        for (int t = lo; t < hi; ++t) dequantise_row(md->embed, (int)tokens[t], x + (size_t)t * D);
         auto tap = [&](int l, int t) {
             if (tap_of[l] >= 0)
                 std::memcpy(aux + ((size_t)t * ntaps + tap_of[l]) * D, x + (size_t)t * D, sizeof(float) * D);
@@ -461,7 +470,8 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
         }
         for (int t = lo; t < hi; ++t) {  // h: [T, 2D] = [input_norm(emb) | hidden_norm(hidden)]
             float* ht = b.h.data() + (size_t)t * 2 * D;
-            rmsnorm_row(m->embed + (size_t)tokens[t] * D, ly.input_norm, ht, D, ly.eps);
+            dequantise_row(m->embed, (int)tokens[t], ht + D);  // the row, then its norm in front of it
+            rmsnorm_row(ht + D, ly.input_norm, ht, D, ly.eps);
             rmsnorm_row(hid + (size_t)t * D, ly.hidden_norm, hn.data() + (size_t)t * D, D, ly.eps);
             std::memcpy(ht + D, hn.data() + (size_t)t * D, sizeof(float) * D);
             quantise_row(ht, 2 * D, t, b.attn_in);

@@ -6,10 +6,12 @@ Where the weights come from:
   for the tied embedding / LM head; the norms are F32). llama.cpp stores the q and k projections'
   rows interleaved for its RoPE; they are put back in Hugging Face's order, whole blocks moved.
 - any other folder or hub id: its fp32 weights quantised here the way ggml does (Q4_1 for the
-  matrices, Q8_0 for the LM head), so every Llama-family model gets the same forward.
+  matrices, Q8_0 for the LM head and an untied embedding), so every Llama-family model gets the
+  same forward.
 
-The fp32 module weights stay beside the blocks: the draft head reads the embedding and the LM head
-in fp32, and the fp32 forward is one flag away.
+The backend (`KernelTarget`, `KernelDraft`: forward.py's interface) keeps the blocks and no fp32
+copy of the target's weights: the embedding lookup reads rows of the embedding's blocks (for the
+embedded model they hold exactly the fp32 values the converted safetensors hold).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 
 from ..errors import UserError
 from . import native
-from .llama import KVCache, LlamaModel, split_masks
+from .llama import KVCache, LlamaModel, rope_covering
 
 QK = 32            # values per block
 Q4_1, Q8_0 = 0, 1  # qforward.cpp's QMat.type
@@ -223,7 +225,7 @@ class _CLayer(ctypes.Structure):
 class _CModel(ctypes.Structure):
     _fields_ = [("D", _i32), ("H", _i32), ("KV", _i32), ("hd", _i32), ("F", _i32), ("L", _i32),
                 ("eps", ctypes.c_float), ("vocab", _i32), ("layers", ctypes.POINTER(_CLayer)), ("norm", _ptr_t),
-                ("lm_head", _CMat), ("embed", _ptr_t)]
+                ("lm_head", _CMat), ("embed", _CMat)]
 
 
 class _CHead3(ctypes.Structure):
@@ -234,7 +236,7 @@ class _CHead3(ctypes.Structure):
 
 
 class _CDraft(ctypes.Structure):
-    _fields_ = [("layer", _CHead3), ("fc", _CMat), ("embed", _ptr_t), ("norm", _ptr_t), ("lm", _CMat), ("ids", _ptr_t),
+    _fields_ = [("layer", _CHead3), ("fc", _CMat), ("embed", _CMat), ("norm", _ptr_t), ("lm", _CMat), ("ids", _ptr_t),
                 ("vocab", _i32), ("pad_", _i32)]
 
 
@@ -244,6 +246,7 @@ _MAT, _MODEL, _DRAFT = ctypes.POINTER(_CMat), ctypes.POINTER(_CModel), ctypes.PO
 SIGNATURES = {
     "qf_layout": ([], ctypes.c_char_p),
     "qf_block_bytes": ([_int], _int),
+    "qf_rows": ([_MAT, _ptr_t, _int, _ptr_t], _int),
     "qf_ops": ([], _int),
     "qf_isa": ([], _int),
     "qf_supports": ([_int], _int),
@@ -288,6 +291,15 @@ def declare(lib: ctypes.CDLL) -> None:
         raise RuntimeError(f"the q4_1 kernels' library does not match quantized.py: {problem}")
 
 
+def rows_of(lib: ctypes.CDLL, cmat: "_CMat", rows: torch.Tensor) -> torch.Tensor:
+    """Rows of a packed matrix as the fp32 values its blocks hold [len(rows), K]."""
+    rows = rows.to(torch.int64).contiguous()
+    out = torch.empty(rows.numel(), cmat.K)
+    if lib.qf_rows(ctypes.byref(cmat), rows.data_ptr(), rows.numel(), out.data_ptr()) != 0:
+        raise IndexError("a row outside the matrix")
+    return out
+
+
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
@@ -312,39 +324,46 @@ def _cmat(m: QMatrix, keep: list) -> _CMat:
 MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
 
 
-class QuantizedLlama(LlamaModel):
-    """LlamaModel whose cached forward and logits run qforward.cpp over blocks (`blocks`: per layer
-    a dict of MATRICES, and "lm_head"). Everything else (the embedding lookup, the RoPE tables, the
-    cache, the training-time forwards) is LlamaModel's."""
+class KernelTarget:
+    """forward.TargetForward in qforward.cpp: the target's matrices in their blocks (`layers`: per
+    layer a dict of MATRICES; `lm_head`; `embed`, the token embedding's blocks, which the kernels
+    read rows of: for a tied model the LM head's own), its norms and biases as owned fp32 copies,
+    RoPE tables. No fp32 copy of a weight it never runs is kept: the fp32 module it was built from
+    can go. The cache is fp16, as llama.cpp keeps it: attention reads half fp32's bytes (the kernels
+    convert exactly on load; rows stay independent of the batch)."""
 
     precision = PRECISION
-    # the K/V cache in fp16, as llama.cpp keeps it: attention reads half fp32's bytes (the kernels
-    # convert exactly on load; rows stay independent of the batch)
-    cache_dtype = torch.float16
 
-    def attach_blocks(self, layers: list[dict], lm_head: QMatrix, lib: ctypes.CDLL) -> None:
-        a = self.args
-        self.blocks, self.lm_blocks, self.lib = layers, lm_head, lib
-        keep: list = []  # the packed copies the C structures point into, kept alive with the model
+    def __init__(self, args, layers: list[dict], lm_head: QMatrix, embed: QMatrix | None, norms: list,
+                 final_norm: torch.Tensor, lib: ctypes.CDLL, aux_layers: tuple[int, ...] = ()):
+        """`norms`: per layer (attention norm, MLP norm); `embed` None: the LM head's blocks (tied)."""
+        a = self.args = args
+        self.device = torch.device("cpu")
+        self.lib = lib
+        # each matrix's (outputs, inputs, bytes as a GGUF holds it): what profile's roofline reads
+        self.sizes = {n: [(*blk[n].shape, blk[n].nbytes()) for blk in layers] for n in MATRICES}
+        self.sizes["lm_head"] = [(*lm_head.shape, lm_head.nbytes())]
+        # what one forward streams: the blocks, and the norms
+        self._streamed = sum(b for mats in self.sizes.values() for _, _, b in mats) + 4 * a.dim * (2 * a.n_layers + 1)
+        self.aux_layers = tuple(aux_layers)
+        keep: list = []  # the packed copies the C structures point into, kept alive with this object
         c_layers = (_CLayer * a.n_layers)()
-        for i, (blk, layer) in enumerate(zip(layers, self.layers)):
-            att = layer.self_attn
-            for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
-                blk[name].bias = None if lin.bias is None else lin.bias.detach().float().contiguous()
-            c_layers[i] = _CLayer(_owned(layer.input_layernorm.weight, keep), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
-                                  _owned(layer.post_attention_layernorm.weight, keep),
-                                  *[_cmat(blk[n], keep) for n in MATRICES[4:]])
-        embed = self.embed_tokens.weight.detach().float().contiguous()
-        keep.append(embed)  # the table the kernels gather from (the module's own when fp32, kept alive)
+        for i, (blk, (attn_norm, ffn_norm)) in enumerate(zip(layers, norms)):
+            c_layers[i] = _CLayer(_owned(attn_norm, keep), *[_cmat(blk[n], keep) for n in MATRICES[:4]],
+                                  _owned(ffn_norm, keep), *[_cmat(blk[n], keep) for n in MATRICES[4:]])
+        c_lm = _cmat(lm_head, keep)
+        self.c_embed = c_lm if embed is None else _cmat(embed, keep)
+        if (self.c_embed.N, self.c_embed.K) != (a.vocab_size, a.dim):
+            raise UserError(f"The token embedding's blocks are [{self.c_embed.N}, {self.c_embed.K}], "
+                            f"not [{a.vocab_size}, {a.dim}].")
         self._c_layers, self._packed = c_layers, keep
         self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
-                                a.norm_eps, a.vocab_size, c_layers, _owned(self.norm.weight, keep), _cmat(lm_head, keep),
-                                embed.data_ptr())
-
-    def weight_bytes(self) -> int:
-        """What one forward streams: the blocks as a GGUF holds them and the norms."""
-        n = sum(m.nbytes() for blk in self.blocks for m in blk.values()) + self.lm_blocks.nbytes()
-        return n + 4 * self.args.dim * (2 * self.args.n_layers + 1)
+                                a.norm_eps, a.vocab_size, c_layers, _owned(final_norm, keep), c_lm, self.c_embed)
+        self._taps = (ctypes.c_int32 * max(1, len(self.aux_layers)))(*self.aux_layers)
+        self._cos = self._sin = None
+        self.rope(2048)
+        self.timing_id = f"{PRECISION} {self.kernels_id}"
+        self.description = f"q4_1 forward (integer kernels, {self.isa})"
 
     @property
     def isa(self) -> str:
@@ -356,35 +375,59 @@ class QuantizedLlama(LlamaModel):
         table measured on them is keyed by, so that new kernels are timed anew."""
         return f"{self.isa} {Path(self.lib._name).parent.name}"
 
-    def _run(self, cache: KVCache, tokens, positions, past_mask, new_mask, aux: list | None):
-        """LlamaModel._run in the kernels."""
-        if tokens.dim() != 2 or tokens.shape[0] != 1 or past_mask is not None:
-            raise UserError("The q4_1 forward runs one sequence on the CPU; use --dtype float32 for batches.")
-        feats, taps = self._call(cache, tokens[0], positions, new_mask, aux is not None, None)
-        if aux is not None:
-            D = self.args.dim
-            aux.extend(taps[None, :, i * D:(i + 1) * D] for i in range(len(self.aux_layers)))
-        return feats[None]
+    def rope(self, n: int):
+        """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
+        self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, torch.empty(0))
+        return self._cos, self._sin
 
-    @property
-    def _taps(self):
-        """`aux_layers` as the kernels read them (a C int32 array, made again when they change)."""
-        key = tuple(self.aux_layers)
-        if getattr(self, "_taps_key", None) != key:
-            self._taps_key, self._taps_c = key, (ctypes.c_int32 * max(1, len(key)))(*key)
-        return self._taps_c
+    def new_cache(self, max_len: int) -> KVCache:
+        self.rope(max_len + 1)
+        a = self.args
+        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, torch.float16, self.device)
 
-    def _call(self, cache: KVCache, tokens, positions, new_mask, with_taps: bool, logits: torch.Tensor | None,
+    def streamed_bytes(self) -> int:
+        return self._streamed
+
+    def embedding(self) -> torch.Tensor:
+        return rows_of(self.lib, self.c_embed, torch.arange(self.c_embed.N))
+
+    @torch.no_grad()
+    def prefill(self, cache: KVCache, tokens, positions):
+        feats, taps = self._call(cache, tokens, positions, None, bool(self.aux_layers), None)
+        return (feats if taps is None else taps), self.logits(feats[-1:])[0]
+
+    @torch.no_grad()
+    def verify(self, cache: KVCache, tokens, positions, tree_mask=None, clock=None, prof: torch.Tensor | None = None):
+        """forward.TargetForward.verify as one call of the kernels: the forward and every row's
+        logits (`prof`: see _call)."""
+        if clock is not None:
+            clock.lap("verify_inputs")
+        logits = torch.empty(tokens.numel(), self.args.vocab_size)
+        feats, taps = self._call(cache, tokens, positions, tree_mask, bool(self.aux_layers), logits, prof)
+        return (feats if taps is None else taps), logits
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """The LM head of rows [.., D] (fp32)."""
+        x = features.float().reshape(-1, self.args.dim).contiguous()
+        y = torch.empty(x.shape[0], self.args.vocab_size)
+        self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), x.data_ptr(), x.shape[0], y.data_ptr(),
+                           torch.get_num_threads())
+        return y.reshape(*features.shape[:-1], -1)
+
+    def _call(self, cache: KVCache, tokens, positions, tree_mask, with_taps: bool, logits: torch.Tensor | None,
               prof: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One qf_forward: (post-norm features [T, D], the states entering `aux_layers` side by
-        side [T, len * D] or None); with `logits` [T, vocab], the LM head of every row too; with
-        `prof` [threads, len(OPS)] (float64), each thread's seconds per op added to it."""
+        """One qf_forward of T new tokens after the committed cache, `tree_mask` [T, T] (None:
+        causal): (post-norm features [T, D], the states entering `aux_layers` side by side [T,
+        len * D] or None); with `logits` [T, vocab], the LM head of every row too; with `prof`
+        [threads, len(OPS)] (float64), each thread's seconds per op added to it."""
         if tokens.device.type != "cpu":
             raise UserError("The q4_1 forward runs on the CPU; use --dtype float32 or bfloat16 on a GPU.")
         start, T, D = cache.length, tokens.numel(), self.args.dim
+        if start + T > cache.max_len:
+            raise RuntimeError("KV cache full")
         toks = tokens.reshape(T).to(torch.int64)
         pos = positions.reshape(T).to(torch.int64)
-        visible = None if new_mask is None or T == 1 else new_mask.reshape(T, T).to(torch.uint8).contiguous()
+        visible = None if tree_mask is None or T == 1 else tree_mask.reshape(T, T).to(torch.uint8).contiguous()
         x = torch.empty(T, D)
         taps = torch.empty(T, len(self.aux_layers) * D) if with_taps else None
         rc = self.lib.qf_forward(ctypes.byref(self._c_model), toks.data_ptr(), x.data_ptr(), T, self._cos.data_ptr(),
@@ -398,35 +441,12 @@ class QuantizedLlama(LlamaModel):
             raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
         return x, taps
 
-    @torch.no_grad()
-    def forward_logits(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-                       tree_mask: torch.Tensor | None = None, clock=None,
-                       prof: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """LlamaModel.forward_logits as one call of the kernels: the forward and every row's logits
-        (`prof`: see _run)."""
-        if clock is not None:
-            clock.lap("verify_inputs")
-        start, T = cache.length, tokens.numel()
-        if start + T > cache.max_len:
-            raise RuntimeError("KV cache full")
-        _, new_mask = split_masks(start, start, tree_mask, T, tokens.device)
-        logits = torch.empty(T, self.args.vocab_size)
-        feats, taps = self._call(cache, tokens, positions, new_mask, bool(self.aux_layers), logits, prof)
-        return (feats if taps is None else taps), logits
 
-    def logits(self, features: torch.Tensor) -> torch.Tensor:
-        x = features.float().reshape(-1, self.args.dim).contiguous()
-        y = torch.empty(x.shape[0], self.args.vocab_size)
-        self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), x.data_ptr(), x.shape[0], y.data_ptr(),
-                           torch.get_num_threads())
-        return y.reshape(*features.shape[:-1], -1)
-
-
-class KernelWeight:
-    """A frozen fp32 weight's Q8_0 copy that llama.linear multiplies through the kernels (the draft
-    head in q4_1: it reads a quarter of fp32's bytes a call, and its drafts need no exactness, only
-    the target's verification does). Same contract as llama.PackedWeight: `valid_for` checks that
-    the weight is still the one copied."""
+class Q8Weight:
+    """A frozen fp32 weight's Q8_0 copy that llama.linear multiplies through the kernels (an
+    EAGLE-1/2 draft head under q4_1: a quarter of fp32's bytes a call; drafts need no exactness,
+    only the target's verification does). llama.PackedWeight's contract: `valid_for` checks that
+    the weight is still the one copied, `apply` multiplies."""
 
     def __init__(self, weight: torch.Tensor, lib: ctypes.CDLL):
         w = weight.detach()
@@ -438,31 +458,30 @@ class KernelWeight:
     def valid_for(self, weight: torch.Tensor) -> bool:
         return self.key == (weight.data_ptr(), weight._version, tuple(weight.shape))
 
-    def apply(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        x = x.float().contiguous()
+    def apply(self, x2: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        x = x2.float().contiguous()
         y = torch.empty(x.shape[0], self.n)
         self.lib.qf_matmul(ctypes.byref(self.cmat), x.data_ptr(), x.shape[0], y.data_ptr(), torch.get_num_threads())
         return y if bias is None else y + bias
 
     @staticmethod
-    def build(weight: torch.Tensor, lib: ctypes.CDLL) -> "KernelWeight | None":
+    def build(weight: torch.Tensor, lib: ctypes.CDLL) -> "Q8Weight | None":
+        """The copy, or None (the fp32 matmul) for a matrix the kernels cannot take."""
         if weight.device.type != "cpu" or weight.dim() != 2 or weight.shape[1] % QK:
             return None
-        return KernelWeight(weight, lib)
+        return Q8Weight(weight, lib)
 
 
-class Head3Kernels:
-    """An EAGLE-3 head's draft step in qforward.cpp (`qf_draft`), its matrices in Q8_0: one call
-    (fc, the layer, the final norm, the draft LM head, log-softmax and each row's top k) instead
-    of some sixty small torch operations. Plugged in where a compiled head goes (`head.compiled`,
-    whose `run_head` DraftHead.forward_draft calls); its cache is fp16 (`cache_dtype`, which
-    DraftHead.new_cache reads), like the target's."""
+class KernelDraft:
+    """forward.DraftForward for an EAGLE-3 head in qforward.cpp (`qf_draft`), its matrices in
+    Q8_0: one call (fc, the layer, the final norm, the draft LM head, log-softmax and each row's
+    top k) instead of some sixty small torch operations. Built from the head module, which it does
+    not keep; the token embedding is the target's blocks (a head with its own embedding: that,
+    in Q8_0). Its cache is fp16, like the target's."""
 
-    cache_dtype = torch.float16
-
-    def __init__(self, head, lib: ctypes.CDLL):
+    def __init__(self, head, target: KernelTarget):
         m, a = head.midlayer, head.args
-        self.head, self.lib, self._keep = head, lib, []
+        self.args, self.lib, self._keep = a, target.lib, []
         att, mlp = m.self_attn, m.mlp
         mats = [_cmat(quantise_q8_0(lin.weight), self._keep) for lin in
                 (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
@@ -471,31 +490,40 @@ class Head3Kernels:
                         a.norm_eps, 0, *[_owned(w, self._keep) for w in norms], *mats)
         fc = quantise_q8_0(head.fc.weight)
         fc.bias = head.fc.bias
-        embed = head.embed_tokens.weight.detach().float().contiguous()
-        self._keep.append(embed)  # the table the kernels gather from (the target's, not copied when fp32)
+        embed = _cmat(quantise_q8_0(head.embed_tokens.weight), self._keep) if head.has_embed else target.c_embed
+        self._target = target  # whose embedding blocks it reads
         ids = None if head.draft_ids is None else head.draft_ids.to(torch.int64).clone().contiguous()
-        self._keep.append(ids)
+        self.draft_ids, self.vocab_size = ids, a.vocab_size
         self.vocab = head.lm_weight.shape[0]
-        self.c = _CDraft(layer, _cmat(fc, self._keep), embed.data_ptr(), _owned(head.norm.weight, self._keep),
+        self.c = _CDraft(layer, _cmat(fc, self._keep), embed, _owned(head.norm.weight, self._keep),
                          _cmat(quantise_q8_0(head.lm_weight), self._keep), _ptr(ids), a.vocab_size, 0)
+        self._cos = self._sin = None
+        self.description = "draft step in Q8_0 on the same kernels"
 
     @staticmethod
     def fits(head) -> bool:
         return (getattr(head, "midlayer", None) is not None and not head.args.qkv_bias
                 and shape_problem(head.args) is None and head.fc.weight.shape[1] % QK == 0)
 
-    def run_head(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None, k: int = 0):
-        """DraftHead.forward_draft's contract: (g [T, D], log-probs [T, V_draft], and with k > 0
-        each row's k best (log-probs, target ids) [T, k], else None)."""
-        h, T = self.head, tokens.numel()
+    def new_cache(self, max_len: int) -> KVCache:
+        self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, max_len + 1, torch.empty(0))
+        a = self.args
+        return KVCache(1, a.n_kv_heads, max_len, a.head_dim, torch.float16, torch.device("cpu"))
+
+    def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx if self.draft_ids is None else self.draft_ids[idx]
+
+    @torch.no_grad()
+    def step(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None, k: int = 0):
+        T = tokens.numel()
         if start + T > cache.max_len:
             raise RuntimeError("draft cache full")
         feats = features.float().contiguous()
         toks = tokens.to(torch.int64).contiguous()
-        cos, sin = (t.contiguous() for t in h.rope_at(positions))
+        cos, sin = self._cos[positions].contiguous(), self._sin[positions].contiguous()
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
         k = min(k, self.vocab)
-        g, logp = torch.empty(T, h.args.dim), torch.empty(T, self.vocab)
+        g, logp = torch.empty(T, self.args.dim), torch.empty(T, self.vocab)
         top = (torch.empty(T, k), torch.empty(T, k, dtype=torch.int64)) if k else None
         rc = self.lib.qf_draft(ctypes.byref(self.c), toks.data_ptr(), feats.data_ptr(), feats.shape[-1], T,
                                cos.data_ptr(), sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len,
@@ -509,25 +537,12 @@ class Head3Kernels:
         return g, logp, top
 
 
-def kernel_head(head, lib: ctypes.CDLL) -> None:
-    """The draft head's matmuls (its layer's, its fc's and its LM head's) through Q8_0 copies; a
-    matrix whose input is no multiple of 32 keeps its fp32 matmul. An EAGLE-3 head's whole layer
-    runs in the kernels (Head3Kernels), with an fp16 cache."""
-    from .llama import Linear
-    for m in head.modules():
-        if isinstance(m, Linear):
-            m.packed = KernelWeight.build(m.weight, lib)
-    if getattr(head, "lm_weight", None) is not None:
-        head.lm_packed = KernelWeight.build(head.lm_weight, lib)
-    if Head3Kernels.fits(head):
-        head.compiled = Head3Kernels(head, lib)
-
-
 # ------------------------------------------------------------------ building one
 
 
-def _gguf_blocks(gguf: Path, args) -> tuple[list[dict], QMatrix]:
-    """The embedded model's blocks, as shipped, rows in Hugging Face's order."""
+def _gguf_blocks(gguf: Path, args) -> tuple[list[dict], QMatrix, QMatrix | None]:
+    """The embedded model's blocks, as shipped, rows in Hugging Face's order: (layers, LM head,
+    token embedding or None where the LM head is the embedding)."""
     from gguf import GGUFReader
     kinds = {"Q4_1": Q4_1, "Q8_0": Q8_0}
     tensors = {t.name: t for t in GGUFReader(str(gguf)).tensors}
@@ -553,22 +568,25 @@ def _gguf_blocks(gguf: Path, args) -> tuple[list[dict], QMatrix]:
         blk = {k: read(f"blk.{i}.{n}.weight") for k, n in names.items()}
         blk["q"], blk["k"] = unpermute(blk["q"], args.n_heads), unpermute(blk["k"], args.n_kv_heads)
         layers.append(blk)
-    head = read("output.weight") if "output.weight" in tensors else read("token_embd.weight")
-    return layers, head
+    if "output.weight" in tensors:
+        return layers, read("output.weight"), read("token_embd.weight")
+    return layers, read("token_embd.weight"), None
 
 
-def _quantised_blocks(model: LlamaModel) -> tuple[list[dict], QMatrix]:
+def _quantised_blocks(model: LlamaModel) -> tuple[list[dict], QMatrix, QMatrix | None]:
+    """`model`'s weights quantised as ggml does (_gguf_blocks' result)."""
     layers = []
     for layer in model.layers:
         att, mlp = layer.self_attn, layer.mlp
         mats = {"q": att.q_proj, "k": att.k_proj, "v": att.v_proj, "o": att.o_proj,
                 "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
         layers.append({k: quantise_q4_1(m.weight) for k, m in mats.items()})
-    return layers, quantise_q8_0(model.lm_head.weight)
+    embed = None if model.args.tie_embeddings else quantise_q8_0(model.embed_tokens.weight)
+    return layers, quantise_q8_0(model.lm_head.weight), embed
 
 
-def quantized(model: LlamaModel, gguf: Path | None = None, log=None) -> QuantizedLlama | None:
-    """`model` (fp32, on the CPU) as a QuantizedLlama sharing its weights: blocks from `gguf` when
+def kernel_target(model: LlamaModel, gguf: Path | None = None, log=None) -> KernelTarget | None:
+    """The q4_1 forward of `model` (fp32, on the CPU; its `aux_layers` set): blocks from `gguf` when
     given (the embedded model), else quantised from its weights. None, with the reason logged, where
     the kernels cannot run here (no AVX2, no compiler): the caller keeps the fp32 forward."""
     a = model.args
@@ -578,12 +596,25 @@ def quantized(model: LlamaModel, gguf: Path | None = None, log=None) -> Quantize
     lib = library(log)
     if lib is None:
         return None
-    layers, head = _gguf_blocks(gguf, a) if gguf is not None else _quantised_blocks(model)
-    with torch.device("meta"):
-        q = QuantizedLlama(a)
-    q.load_state_dict(model.state_dict(), assign=True)
-    if a.tie_embeddings:
-        q.lm_head.weight = q.embed_tokens.weight
-    q.aux_layers = model.aux_layers
-    q.attach_blocks(layers, head, lib)
-    return q.eval()
+    layers, head, embed = _gguf_blocks(gguf, a) if gguf is not None else _quantised_blocks(model)
+    for blk, layer in zip(layers, model.layers):
+        att = layer.self_attn
+        for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
+            blk[name].bias = None if lin.bias is None else lin.bias.detach().float().contiguous()
+    norms = [(ly.input_layernorm.weight, ly.post_attention_layernorm.weight) for ly in model.layers]
+    return KernelTarget(a, layers, head, embed, norms, model.norm.weight, lib, model.aux_layers)
+
+
+def kernel_backends(model: LlamaModel, head, gguf: Path | None = None, log=None):
+    """(KernelTarget, the head's DraftForward) for `model` and its attached `head`, or None where
+    the kernels cannot run here. An EAGLE-3 head runs its whole step in the kernels (KernelDraft);
+    another keeps its eager forward, its matmuls through Q8_0 copies (a matrix whose input is no
+    multiple of 32 keeps its fp32 matmul)."""
+    from .forward import EagerDraft
+    target = kernel_target(model, gguf, log)
+    if target is None:
+        return None
+    if KernelDraft.fits(head):
+        return target, KernelDraft(head, target)
+    head.pack(lambda w: Q8Weight.build(w, target.lib))
+    return target, EagerDraft(head, "Q8_0 matmuls on the q4_1 kernels")

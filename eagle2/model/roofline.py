@@ -16,13 +16,13 @@ import time
 
 import torch
 
-from .quantized import ISAS, OPS, QuantizedLlama
+from .quantized import ISAS, OPS, KernelTarget
 from .timing import prefilled_cache
 
 MATMULS = {"qkv": ("q", "k", "v"), "o": ("o",), "gate_up": ("gate", "up"), "down": ("down",)}
 
 
-def machine(target: QuantizedLlama, threads: int) -> dict:
+def machine(target: KernelTarget, threads: int) -> dict:
     """The rates the bounds divide by, measured now: streaming reads (a 512 MB buffer), the int8
     multiply-adds of the dot product the kernels run, and fp32 FMAs."""
     lib = target.lib
@@ -31,17 +31,14 @@ def machine(target: QuantizedLlama, threads: int) -> dict:
             "threads": threads}
 
 
-def op_work(target: QuantizedLlama, T: int, context: int) -> dict[str, dict]:
+def op_work(target: KernelTarget, T: int, context: int) -> dict[str, dict]:
     """Each op's bytes to read and arithmetic (int8 MACs for the matmuls, fp32 FMAs for
     attention) in one forward of T rows after `context` committed tokens."""
     a = target.args
     work = {}
-    for op, names in MATMULS.items():
-        mats = [blk[n] for blk in target.blocks for n in names]
-        work[op] = {"bytes": sum(m.nbytes() for m in mats),
-                    "macs": T * sum(m.shape[0] * m.shape[1] for m in mats)}
-    lm = target.lm_blocks
-    work["lm_head"] = {"bytes": lm.nbytes(), "macs": T * lm.shape[0] * lm.shape[1]}
+    for op, names in {**MATMULS, "lm_head": ("lm_head",)}.items():
+        mats = [m for n in names for m in target.sizes[n]]
+        work[op] = {"bytes": sum(b for _, _, b in mats), "macs": T * sum(N * K for N, K, _ in mats)}
     keys = context + (T + 1) / 2  # a causal chain's mean keys a row
     work["attention"] = {"bytes": a.n_layers * 2 * a.n_kv_heads * (context + T) * a.head_dim * 2,
                          "fmas": int(a.n_layers * T * a.n_heads * keys * a.head_dim * 2)}
@@ -49,7 +46,7 @@ def op_work(target: QuantizedLlama, T: int, context: int) -> dict[str, dict]:
 
 
 @torch.no_grad()
-def op_split(target: QuantizedLlama, T: int, context: int, repeats: int) -> dict:
+def op_split(target: KernelTarget, T: int, context: int, repeats: int) -> dict:
     """One forward (+ logits) of T causal rows after `context` random tokens: its median wall
     seconds, and each op's seconds (the threads' mean, so that the ops add up to the wall time)."""
     threads = torch.get_num_threads()
@@ -57,7 +54,7 @@ def op_split(target: QuantizedLlama, T: int, context: int, repeats: int) -> dict
     toks = torch.randint(0, target.args.vocab_size, (T,))
     pos = torch.arange(context, context + T)
     mask = torch.ones(T, T, dtype=torch.bool).tril() if T > 1 else None
-    call = lambda prof=None: target.forward_logits(cache, toks, pos, mask, prof=prof)  # noqa: E731
+    call = lambda prof=None: target.verify(cache, toks, pos, mask, prof=prof)  # noqa: E731
     for _ in range(3):
         call()
     walls = []
@@ -72,7 +69,7 @@ def op_split(target: QuantizedLlama, T: int, context: int, repeats: int) -> dict
     return {"wall_s": statistics.median(walls), "ops_s": {op: float(v) for op, v in zip(OPS, per_op)}}
 
 
-def roofline(target: QuantizedLlama, grid=(1, 2, 4, 8, 16), context: int = 200, repeats: int = 20) -> dict:
+def roofline(target: KernelTarget, grid=(1, 2, 4, 8, 16), context: int = 200, repeats: int = 20) -> dict:
     """The split at each T of `grid`, with each op's memory and compute bounds (seconds) and the
     machine's rates they come from."""
     m = machine(target, torch.get_num_threads())

@@ -1,10 +1,10 @@
 """Measured costs of the target on this machine: t(N), the time to verify N tree tokens.
 
 The cache (times_path(): cache_dir()/verify_times.json unless $EAGLE2_TIMING_CACHE names another
-file) holds one t(N) table per device, model, dtype, torch version, thread count and forward
-(weight layout, compiled packages), and only quiet measurements: a table timed while nothing else
-decoded in this process (`measure_quietly`). It is written when a table is measured: at start-up,
-when the compiled packages land, when the table is missing or not plausible, and on --recalibrate
+file) holds one t(N) table per device, model, torch version, thread count and forward (its
+`timing_id`: dtype and weight layout, the q4_1 kernels' build), and only quiet measurements: a
+table timed while nothing else decoded in this process (`measure_quietly`). It is written when a
+table is measured: at start-up, when the table is missing or not plausible, and on --recalibrate
 (model/measurer.py in the app, `verify_profile` in the command-line tools). It never changes from
 a visitor's Step: a budget starts from `prior_times` without measuring, and `LiveVerifyTimes`'s
 corrections stay in the policy that made them (timings taken while other sessions decode are that
@@ -44,12 +44,13 @@ def sync(dev: torch.device) -> None:
 
 
 @torch.no_grad()
-def prefilled_cache(target, context: int, room: int):
-    """A KV cache holding `context` committed random tokens, with `room` free slots after them."""
-    dev = target.lm_head.weight.device
-    cache = target.new_cache(context + room)
-    target.forward_cached(cache, torch.randint(0, target.args.vocab_size, (context,), device=dev),
-                          torch.arange(context, device=dev))
+def prefilled_cache(forward, context: int, room: int):
+    """A KV cache of `forward` (forward.TargetForward) holding `context` committed random tokens,
+    with `room` free slots after them."""
+    dev = forward.device
+    cache = forward.new_cache(context + room)
+    forward.prefill(cache, torch.randint(0, forward.args.vocab_size, (context,), device=dev),
+                    torch.arange(context, device=dev))
     cache.advance(context)
     return cache
 
@@ -75,33 +76,35 @@ def interleaved_medians(dev: torch.device, variants: dict, call, repeats: int) -
 
 
 @torch.no_grad()
-def time_forwards(target, sizes, variants_for=None, context: int = 256, repeats: int = 5,
+def time_forwards(forwards: dict, sizes, context: int = 256, repeats: int = 5,
                   stop=None) -> dict[int, dict[str, float]]:
-    """The one harness timing the target's forward + logits of n tree tokens (a causal chain)
-    after `context` committed ones: for each n in `sizes`, the median seconds under each variant
-    `variants_for(n)` gives ({name: switch}: the compiled routes, eager against compiled; None:
-    the forward as it is), interleaved repeat by repeat. `stop()`, asked before each n, ends it
-    early with the sizes timed so far (a background measurement gives way to a visitor's Step).
-    t(N), the package routes and `profile` all time through it."""
-    dev = target.lm_head.weight.device
-    cache = prefilled_cache(target, context, max(sizes) + 1)
+    """The one harness timing target forwards' verification (forward + logits) of n tree tokens (a
+    causal chain) after `context` committed ones: for each n in `sizes`, the median seconds of
+    each of `forwards` ({name: forward.TargetForward}, each on a cache of its own: two bundles'
+    backends compared), interleaved repeat by repeat. `stop()`, asked before each n, ends it early
+    with the sizes timed so far (a background measurement gives way to a visitor's Step). t(N) and
+    `profile` time through it."""
+    first = next(iter(forwards.values()))
+    dev = first.device
+    caches = {name: prefilled_cache(f, context, max(sizes) + 1) for name, f in forwards.items()}
     g = torch.Generator().manual_seed(0)
     out = {}
     for n in sizes:
         if stop is not None and stop():
             break
-        toks = torch.randint(0, target.args.vocab_size, (n,), generator=g).to(dev)
+        toks = torch.randint(0, first.args.vocab_size, (n,), generator=g).to(dev)
         pos = torch.arange(context, context + n, device=dev)
         mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        variants = variants_for(n) if variants_for is not None else {"": lambda: None}
-        out[n] = interleaved_medians(dev, variants, lambda: target.forward_logits(cache, toks, pos, mask), repeats)
+        now = {}
+        variants = {name: (lambda name=name: now.update(f=forwards[name], c=caches[name])) for name in forwards}
+        out[n] = interleaved_medians(dev, variants, lambda: now["f"].verify(now["c"], toks, pos, mask), repeats)
     return out
 
 
 def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID, stop=None) -> dict[int, float]:
     """t(N): median seconds of one target forward of N tree tokens (plus their logits) after
     `context` committed tokens, for N in grid, on the forward in use (time_forwards)."""
-    times = time_forwards(bundle.target, grid, context=context, repeats=repeats, stop=stop)
+    times = time_forwards({"": bundle.forward}, grid, context=context, repeats=repeats, stop=stop)
     return {n: t[""] for n, t in times.items()}
 
 
@@ -124,22 +127,9 @@ def plausible(t: dict[int, float]) -> bool:
     return True
 
 
-def _cache_key(bundle, full: bool | None = None) -> str:
-    packed = "|packed" if bundle.packed else ""
-    comp = bundle.target.compiled
-    # the complete compiled state only: packages landing one by one (a first start's background
-    # compile) must not each start a new table; the live timings correct the estimates meanwhile
-    if comp is None:
-        full = False
-    elif full is None:
-        full = len(comp.runners) == len(comp.buckets)
-    compiled = f"|compiled {','.join(map(str, comp.buckets))}" if full else ""
-    if full and bundle.target.aux_layers:  # EAGLE-3's packages: their own timings
-        compiled += f"|aux {','.join(map(str, bundle.target.aux_layers))}"
-    kernels = getattr(bundle.target, "kernels_id", None)   # the q4_1 forward's dot products and build (quantized.py)
-    precision = (bundle.precision or str(bundle.dtype)) + (f" {kernels}" if kernels else "")
-    return (f"{bundle.name}|{bundle.device.type}|{precision}|torch {torch.__version__}|"
-            f"{torch.get_num_threads()}t{packed}{compiled}")
+def _cache_key(bundle) -> str:
+    return (f"{bundle.name}|{bundle.device.type}|{bundle.forward.timing_id}|torch {torch.__version__}|"
+            f"{torch.get_num_threads()}t")
 
 
 def times_path() -> Path:
@@ -168,10 +158,10 @@ def store_times(bundle, t: dict[int, float]) -> None:
     store_table(_cache_key(bundle), t)
 
 
-def cached_times(bundle, full: bool | None = None) -> dict[int, float] | None:
+def cached_times(bundle) -> dict[int, float] | None:
     """The t(N) table cached for this bundle as stored: the last quiet measurement, plausible or
-    not. `full` False: the table of the forward before every compiled package had landed."""
-    cached = _read_cache().get(_cache_key(bundle, full))
+    not."""
+    cached = _read_cache().get(_cache_key(bundle))
     return {int(k): float(v) for k, v in cached.items()} if isinstance(cached, dict) else None
 
 
@@ -180,11 +170,11 @@ def cached_times(bundle, full: bool | None = None) -> dict[int, float] | None:
 _known: dict[str, dict[int, float]] = {}
 
 
-def _plausible_cached(bundle, full: bool | None = None) -> dict[int, float] | None:
-    t = cached_times(bundle, full)
+def _plausible_cached(bundle) -> dict[int, float] | None:
+    t = cached_times(bundle)
     if t is None or not plausible(t):
         return None
-    _known[_cache_key(bundle, full)] = t
+    _known[_cache_key(bundle)] = t
     return t
 
 
@@ -193,8 +183,7 @@ _measuring = threading.Lock()   # one measurement at a time (the background meas
 
 def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], bool]:
     """t(N) measured now in this thread, and whether it was quiet: no decode in flight when it
-    began, none started before it ended, and the forward unchanged (a compiled package landing
-    meanwhile). Only a quiet table is cached. `give_way`: stop at the next size once a decode
+    began, none started before it ended. Only a quiet table is cached. `give_way`: stop at the next size once a decode
     starts (the background measurer: a visitor's Step does not share the CPU with it for long) or
     the interpreter exits (its worker thread is joined then). One line in the log says which
     thread measured and what became of the table."""
@@ -202,13 +191,13 @@ def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], b
         key, mark, t0 = _cache_key(bundle), DECODING.mark(), time.perf_counter()
         t = measure_verify_times(bundle, stop=(lambda: not DECODING.quiet_since(mark)
                                                or not threading.main_thread().is_alive()) if give_way else None)
-        quiet = DECODING.quiet_since(mark) and _cache_key(bundle) == key and len(t) == len(GRID)
+        quiet = DECODING.quiet_since(mark) and len(t) == len(GRID)
         if quiet:
             store_times(bundle, t)
             if plausible(t):
                 _known[key] = t
         what = ("quiet: cached" + ("" if plausible(t) else ", but not plausible") if quiet
-                else "not kept: a decode ran meanwhile, or the forward changed")
+                else "not kept: a decode ran meanwhile")
         log.info("t(N) measured in thread %s (%.1f s, %s) for %s", threading.current_thread().name,
                  time.perf_counter() - t0, what, key)
         return t, quiet
@@ -262,35 +251,22 @@ class PriorTimes:
 
 MEASURED = "measured (cached)"
 KNOWN = "measured earlier in this process"
-EAGER = "the forward before the compiled packages"
 ESTIMATE = "estimate from t(1)"
 
 
 def prior_times(bundle) -> PriorTimes:
     """The best t(N) to start a budget from without measuring (a Step never waits for one): the
     cached table if plausible; else the last plausible one this process has seen for this key;
-    else the cached table of the forward before the compiled packages landed; else an estimate
-    from t(1) (the stale or eager table's, else guessed from the weights' size)."""
+    else an estimate from t(1) (the stale table's, else guessed from the weights' size)."""
     t = _plausible_cached(bundle)
     if t is not None:
         return PriorTimes(t, MEASURED)
     if _cache_key(bundle) in _known:
         return PriorTimes(_known[_cache_key(bundle)], KNOWN)
-    if _cache_key(bundle, full=False) != _cache_key(bundle):
-        t = _plausible_cached(bundle, full=False)
-        if t is not None:
-            return PriorTimes(t, EAGER)
-    t1 = _usable_t1(cached_times(bundle)) or _usable_t1(cached_times(bundle, full=False))
+    t1 = _usable_t1(cached_times(bundle))
     if t1 is None:
-        t1 = streamed_bytes(bundle.target) / (GUESSED_READ_GBS * 1e9)
+        t1 = bundle.forward.streamed_bytes() / (GUESSED_READ_GBS * 1e9)
     return PriorTimes(estimated_table(t1), ESTIMATE)
-
-
-def streamed_bytes(target) -> int:
-    """The bytes one forward of `target` reads: its blocks in q4_1 (quantized.py), else its weights."""
-    if hasattr(target, "weight_bytes"):
-        return target.weight_bytes()
-    return sum(p.numel() * p.element_size() for p in target.parameters())
 
 
 class LiveVerifyTimes:

@@ -55,7 +55,7 @@ PRESETS = {
         name="smollm2-135m",
         target="pypi-gguf:smollm2-135m-instruct",
         # EAGLE-3 (tau 3.27 over the 60 held-out prompts against the EAGLE-1/2 head's 2.67; the
-        # faster of the two on the eager and the compiled path: benchmarks/README.md)
+        # faster of the two: benchmarks/README.md)
         head=str(ASSETS / "heads" / "smollm2-135m-eagle3"),
         description="SmolLM2-135M-Instruct (embedded, offline) with this project's EAGLE-3 head",
         head_kind="EAGLE-3",

@@ -128,9 +128,8 @@ class _State:
     def __init__(self, pol: DySpecPolicy, runner: HeadRunner, root: int, greedy: bool, temp: float, gen):
         self.pol, self.runner, self.greedy, self.temp, self.gen = pol, runner, greedy, temp, gen
         self.b = TreeBuilder(root)
-        head = runner.head
-        self.draft_ids = head.draft_ids
-        self.V = head.args.vocab_size
+        self.draft_ids = runner.draft.draft_ids
+        self.V = runner.draft.vocab_size
         self.Vd = runner.root_logp.shape[-1]
         self.budget = pol.total_tokens - 1
         self.R: dict[int, torch.Tensor] = {}        # residual weights over the draft vocab

@@ -90,7 +90,7 @@ def neighbours_for(bundle, k: int, metric: str = "cosine") -> torch.Tensor:
     mem = bundle.derived
     if ("lantern", k, metric) in mem:
         return mem[("lantern", k, metric)]
-    E = bundle.target.embed_tokens.weight
+    E = bundle.forward.embedding()
     V = E.shape[0]
     check(isinstance(k, int) and 1 <= k < V, f"LANTERN k must be an integer in [1, {V - 1}] for this model (got {k!r}).")
     folder = cache_dir() / "lantern"

@@ -12,7 +12,6 @@ installed (the `llamacpp` extra; tools/llamacpp.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import itertools
 import json
@@ -21,7 +20,6 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from tqdm import tqdm
@@ -35,8 +33,8 @@ from ..model.verify_times import RECORD_KEY
 from ..phases import FORWARDS, PHASES, key as phase_key
 from ..devices import is_cuda
 from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
-from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
-                    apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
+from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
+                    costs_first, recalibrate, sampling_from)
 from ..machine import cpu_info, describe_cpu
 from .llamacpp import PEERS, LlamaCppPeer, missing_reason, skip_line, version as llama_cpp_version
 from .prompt_files import read_prompts
@@ -67,9 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--policies", default="plain,static,eagle2",
                     help="comma list: plain, any registered tree policy (eagle2, eagle2-auto, eagle2-auto-n, "
                          "static, ddd, dyspec, lantern, ...), hf, hf-pld, llama.cpp-q4_1, llama.cpp-f32 (with the "
-                         "llamacpp extra installed); a name ending in @eager runs on the "
-                         "eager forward while the others use the compiled one (e.g. plain@eager), one ending "
-                         "in @eager-head with the compiled target but the eager draft head")
+                         "llamacpp extra installed); every row runs on the forward --dtype chooses (to compare "
+                         "backends, run the bench once per --dtype)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
     ap.add_argument("--repeats", type=int, default=1)
@@ -83,38 +80,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(ap)
     add_policy_args(ap)
     add_model_args(ap)
-    add_compile_args(ap)
     add_cost_args(ap)
     add_sampling_args(ap)
     return ap
 
 
-Forward = Literal["compiled", "eager", "eager-head"]
-
-
 @dataclass(frozen=True)
 class Row:
-    """One row of the benchmark: a policy (or an hf baseline), the forward it runs on, and for a
-    --sweep row its tree (N, depth, top_k). `label` names it in the output, as --policies spells
-    it: 'eagle2-auto@eager' runs on the eager forward, target and draft head alike (the compiled
-    one detached meanwhile), 'eagle2-auto@eager-head' with the compiled target but the eager head,
-    so each part's gain is measured side by side in one run; a sweep row is 'eagle2[N=8,d=3,k=4]'."""
+    """One row of the benchmark: a policy (or an hf baseline, a llama.cpp peer), and for a --sweep
+    row its tree (N, depth, top_k). `label` names it in the output, as --policies spells it; a
+    sweep row is 'eagle2[N=8,d=3,k=4]'."""
     policy: str
-    forward: Forward = "compiled"
     sweep: tuple[int, int, int] | None = None
 
     @classmethod
     def parse(cls, entry: str) -> "Row":
-        """A --policies entry: 'plain', 'eagle2@eager', 'eagle2-auto@eager-head'..."""
-        for fw in ("eager-head", "eager"):
-            if entry.endswith("@" + fw):
-                return cls(entry.removesuffix("@" + fw), fw)
+        """A --policies entry: 'plain', 'eagle2-auto', 'llama.cpp-q4_1'..."""
         return cls(entry)
 
     @property
     def label(self) -> str:
         tree = "" if self.sweep is None else "[N={},d={},k={}]".format(*self.sweep)
-        return self.policy + tree + ("" if self.forward == "compiled" else "@" + self.forward)
+        return self.policy + tree
 
     @property
     def baseline(self) -> bool:
@@ -122,21 +109,6 @@ class Row:
 
 
 PLAIN_ROW = Row(PLAIN)
-
-
-@contextlib.contextmanager
-def forward_path(bundle, row: Row):
-    """Run `row` on its forward: the compiled one detached meanwhile from the target and the head
-    (eager) or from the head only (eager-head)."""
-    saved = bundle.target.compiled, bundle.head.compiled
-    if row.forward == "eager-head":
-        bundle.head.compiled = None
-    elif row.forward == "eager":
-        bundle.target.compiled = bundle.head.compiled = None
-    try:
-        yield
-    finally:
-        bundle.target.compiled, bundle.head.compiled = saved
 
 
 class HFBaseline:
@@ -256,19 +228,18 @@ def main(argv=None) -> int:
     own = {r.policy: cli_kwargs(r.policy, a, strict=False)
            for r in rows if not is_plain(r.policy) and not r.baseline}  # before loading
     bundle = load_bundle(a.target, a.head, a.device, a.dtype, pack=not a.no_pack)
-    forward = apply_compile(a, bundle)
+    forward = bundle.description
     print(f"forward: {forward}", file=sys.stderr)
     recalibrate(a, bundle)
     variants = build_variants(a, bundle, rows, sp, tree_kw, own)
     warm = {"question_id": -1, "category": "warmup", "turns": ["Say hello."]}
     for row, r in variants:  # one short run of everything first (allocators, caches, lazy tables)
-        with forward_path(bundle, row):
-            run_one(bundle, r, warm, sp, 8)
+        run_one(bundle, r, warm, sp, 8)
     results = measure(bundle, variants, prompts, sp, a.max_new_tokens, a.repeats)
     summary = summarise(results, [row.label for row, _ in variants], sp.greedy)
     summary.update({"device": f"{bundle.device.type}" + (f" ({torch.cuda.get_device_name()})" if is_cuda(bundle.device) else f" ({machine()})"),
                     "dtype": bundle.precision or str(bundle.dtype).replace("torch.", ""), "model": bundle.name, "head": bundle.head_name,
-                    "packed_weights": bundle.packed, "threads": torch.get_num_threads(), "forward": forward,
+                    "threads": torch.get_num_threads(), "forward": forward,
                     "machine": {**cpu_info(), "torch": torch.__version__},
                     "prompts": str(a.prompts), "n_prompts": len(prompts), "max_new_tokens": a.max_new_tokens,
                     "repeats": a.repeats, "sampling": vars(sp), "tree": tree_kw,
@@ -307,15 +278,14 @@ def build_variants(a, bundle, rows: list[Row], sp, tree_kw, own) -> list[tuple[R
             check(sp.greedy, f"The baseline {row.label} is greedy only: use --temperature 0.")
             if n in PEERS:
                 variants.append((row, LlamaCppPeer(n, a.target, torch.get_num_threads(),
-                                                   bundle.target.args.max_positions, seed=a.seed)))
+                                                   bundle.args.max_positions, seed=a.seed)))
                 continue
             from ..model.weights import resolve_target
             variants.append((row, HFBaseline(bundle, resolve_target(a.target), n == "hf-pld")))
         else:
             kw = own.get(n, {})
-            with forward_path(bundle, row):
-                costs_first(bundle, n)  # t(N) of the forward this row runs on, before any timed run
-                make_decoder(bundle, n, sp, 4, tree_kw, kw)  # validates parameters early
+            costs_first(bundle, n)  # t(N) of the forward, before any timed run
+            make_decoder(bundle, n, sp, 4, tree_kw, kw)  # validates parameters early
             variants.append((row, lambda n=n, kw=kw: make_decoder(bundle, n, sp, a.max_new_tokens, tree_kw, kw)))
     if a.sweep:
         costs_first(bundle, a.sweep_policy)
@@ -336,8 +306,7 @@ def measure(bundle, variants, prompts, sp, max_new: int, repeats: int) -> list[d
         for qi, q in enumerate(prompts):
             order = variants[qi % len(variants):] + variants[: qi % len(variants)]  # rotate start
             for row, r in order:
-                with forward_path(bundle, row):
-                    res = run_one(bundle, r, q, sp, max_new)
+                res = run_one(bundle, r, q, sp, max_new)
                 rows.append({"question_id": q["question_id"], "category": q["category"], "policy": row.label,
                              "repeat": rep, **{k: res[k] for k in ("new_tokens", "target_forwards", "wall_s")},
                              "tau": res["new_tokens"] / max(res["target_forwards"], 1),
@@ -368,11 +337,8 @@ def summarise(rows, names, greedy) -> dict:
     """The summary's numbers; `names` and the rows' "policy" are row labels (Row.label)."""
     by_pol = {n: aggregate([r for r in rows if r["policy"] == n]) for n in names}
     base = by_pol[PLAIN_ROW.label]["tokens_per_s"]
-    eager = by_pol.get(Row(PLAIN, "eager").label, {}).get("tokens_per_s")
     for n, s in by_pol.items():
         s["speedup"] = s["tokens_per_s"] / base if base else 0.0
-        if eager:  # against the eager plain decoder, measured in the same run
-            s["speedup_vs_plain_eager"] = s["tokens_per_s"] / eager
     if greedy:  # losslessness, checked on every benchmark run
         plain_ids = {(r["question_id"], r["repeat"]): r["token_ids"] for r in rows if r["policy"] == PLAIN_ROW.label}
         for n, s in by_pol.items():
@@ -406,8 +372,6 @@ def print_table(summary) -> None:
                       f"max TV {s['max_tv']:.3f}")
         if "draft_share" in s:
             ident += f"  draft {s['draft_share']:.0%} of the time"
-        if "speedup_vs_plain_eager" in s:
-            ident += f"  {s['speedup_vs_plain_eager']:.2f}x plain@eager"
         if "auto_mean_n" in s:
             ident += f"  auto: mean N {s['auto_mean_n']:.1f}, mean levels {s['auto_mean_levels']:.1f}"
             if "auto_mean_widths" in s:

@@ -1,4 +1,4 @@
-"""`python -m eagle2 generate|fetch|bench|tau|profile|compile|record ...`: the command-line entry points.
+"""`python -m eagle2 generate|fetch|bench|tau|profile|record ...`: the command-line entry points.
 Training a draft head and writing its prompts are the training package's own commands:
 `python -m eagle2_train train|prompts ...`.
 
@@ -15,10 +15,10 @@ from typing import Callable
 from ..errors import UserError
 from ..model.weights import DEFAULT_PRESET
 from ..policies.registry import default_policy
-from .flags import (add_compile_args, add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args,
-                    apply_compile, apply_threads, costs_first, recalibrate, sampling_from)
+from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
+                    costs_first, recalibrate, sampling_from)
 
-TOOLS = ("bench", "tau", "profile", "compile", "record")  # sub-commands with parsers of their own
+TOOLS = ("bench", "tau", "profile", "record")  # sub-commands with parsers of their own
 # The training package sits above the engine, which never imports it: its commands have their own entry point.
 TRAINING = ("train", "prompts")
 
@@ -31,10 +31,8 @@ def run_tool(name: str, argv: list[str]) -> int:
         from .tau import main
     elif name == "profile":
         from .profile import main
-    elif name == "record":
-        from .record import main
     else:
-        from .compile import main
+        from .record import main
     return main(argv)
 
 
@@ -70,7 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(g)
     add_policy_args(g)
     add_model_args(g)
-    add_compile_args(g, default="no")
     add_cost_args(g)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model (once)")
@@ -112,9 +109,6 @@ def cmd_generate(a) -> int:
     own = check_generate(a)  # validate everything, then load
     apply_threads(a)
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
-    forward = apply_compile(a, bundle)
-    if a.compile != "no":  # the default eager forward goes unsaid (stderr stays for errors)
-        print(f"forward: {forward}", file=sys.stderr)
     recalibrate(a, bundle)
     costs_first(bundle, a.policy)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .. import config, threads
 from ..model.weights import DEFAULT_PRESET
@@ -46,25 +45,6 @@ def costs_first(bundle, policy: str) -> None:
     if uses_costs(policy):
         from ..model.timing import verify_profile
         verify_profile(bundle)
-
-
-def add_compile_args(p: argparse.ArgumentParser, default: str = "auto") -> None:
-    """`default` "auto" uses the compiled packages already built (bench, profile: steady state);
-    "no" keeps the eager forward unless --compile is given (generate: with the packages a default
-    128-token answer still finished 1-2 s later, measured; benchmarks/README.md)."""
-    p.add_argument("--compile", dest="compile", nargs="?", const="yes", default=default, choices=("auto", "yes", "no"),
-                   help="the target's compiled forward (CPU float32): --compile builds any missing package first "
-                        "(minutes, once per machine), then uses them" +
-                        ("; default: use the packages already built" if default == "auto" else
-                         "; default: the eager forward (a default-length answer finishes sooner)"))
-    p.add_argument("--no-compile", dest="compile", action="store_const", const="no",
-                   help="the eager forward only (the reference path)")
-
-
-def apply_compile(a, bundle) -> str:
-    """Attach the compiled forward as the flags say; returns the line that says which path runs."""
-    from ..model.compiled import attach
-    return attach(bundle, getattr(a, "compile", "auto"), log=lambda s: print(s, file=sys.stderr, flush=True))
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
