@@ -65,9 +65,11 @@ def main(argv=None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
+    from eagle2.model import cache_tidy
     from ui.model import MODEL
     from ui.page import launch
     show_model_log()
+    cache_tidy.tidy()   # what earlier versions left in the cache: one line in the log when any goes
     MODEL.start(cfg.target, cfg.head, cfg.device, cfg.dtype, recalibrate=a.recalibrate)
     try:
         demo = launch(a.host, a.port, cfg.concurrency, block=False)

@@ -4,7 +4,7 @@
     python -m eagle2_train prompts --from-pypi chatterbot-corpus  # an openly licensed set from a PyPI wheel
     python -m eagle2_train prompts --list-sources
 
-Self-instruct resumes from OUT.log: run the same command again (or with a larger --n) to go on.
+Self-instruct resumes from OUT.log.xz: run the same command again (or with a larger --n) to go on.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from eagle2.errors import UserError, check
 from eagle2.tools.flags import add_model_args, apply_threads
 from .prompt_filter import PROMPTS, PROTECTED, reference_ids
+from .prompts_log import log_path, read_log
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,10 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 def excludes(a, out: Path) -> list[Path]:
     if a.exclude is not None:
         return [Path(p) for p in a.exclude.split(",") if p]
-    log = out.with_name(out.name + ".log")
-    if log.exists():  # resume with the set the run started with (files added since would change it)
+    log = log_path(out)
+    text = read_log(log)
+    if text is not None:  # resume with the set the run started with (files added since would change it)
         try:
-            names = json.loads(log.read_text(encoding="utf-8").split("\n", 1)[0])["settings"]["exclude"]
+            names = json.loads(text.split("\n", 1)[0])["settings"]["exclude"]
         except (json.JSONDecodeError, KeyError, TypeError):
             raise UserError(f"{log} is not a prompts log; delete it or choose another --out.") from None
         return [PROMPTS / n for n in names]

@@ -8,9 +8,9 @@ cleaned, filtered and deduplicated (prompt_filter) against every kept prompt, th
 files and, at a stricter threshold, the held-out prompts.
 
 Jobs run in blocks of --batch (short and long requests as two sub-batches, each with a generator
-seeded by (seed, block)); every candidate and its verdict go to OUT.log, which is the state: a
-rerun replays it and goes on with the next block, so stopping, resuming and raising --n give the
-same file as one uninterrupted run with the same settings.
+seeded by (seed, block)); every candidate and its verdict go to OUT.log.xz (prompts_log.py),
+which is the state: a rerun replays it and goes on with the next block, so stopping, resuming and
+raising --n give the same file as one uninterrupted run with the same settings.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import torch
 from eagle2.errors import UserError
 from .prompt_filter import clean, new_deduper, normalise, reject_reason, write_jsonl
 from .prompt_seeds import DOMAIN_CATEGORY, DOMAINS, LANGUAGES, SYSTEM, TASKS
+from .prompts_log import log_path, read_log, write_log
 
 MIN_WORDS = 6  # an opener plus a few words is not yet a request
 
@@ -107,10 +108,11 @@ def replay(log: Path, settings: dict) -> tuple[set[int], list[dict], Counter, in
     """Finished blocks, kept rows (in order), verdict counts and the last id given, from a previous
     run's log. The records of a block that was not finished (an interrupted run) are dropped from
     the log: that block is redone."""
-    if not log.exists():
+    text = read_log(log)
+    if text is None:
         return set(), [], Counter(), 0
     done, pending, rows, verdicts, last_id = set(), {}, [], Counter(), 0
-    lines = log.read_text(encoding="utf-8").split("\n")
+    lines = text.split("\n")
     good = []
     for n, line in enumerate(lines[:-1]):  # a last piece without "\n" is a half-written line
         try:
@@ -136,7 +138,7 @@ def replay(log: Path, settings: dict) -> tuple[set[int], list[dict], Counter, in
                 good.append(jline)
             good.append(line)
     if len(good) != len(lines) - 1 or lines[-1]:
-        log.write_text("".join(g + "\n" for g in good), encoding="utf-8")
+        write_log(log, "".join(g + "\n" for g in good))
     return done, rows, verdicts, last_id
 
 
@@ -149,16 +151,18 @@ def generate(model, tok, out: Path, n: int, seed: int = 0, batch: int = 32, temp
     from .selfdistill import batched_generate
 
     out = Path(out)
-    log_path = out.with_name(out.name + ".log")
+    log_file = log_path(out)
     settings = {"seed": seed, "batch": batch, "temperature": temperature, "top_p": top_p, "first_id": first_id,
                 "free": free, "max_new": list(max_new), "exclude": [Path(p).name for p in exclude]}
-    done, rows, verdicts, last_id = replay(log_path, settings)
+    done, rows, verdicts, last_id = replay(log_file, settings)
     next_id = max(first_id, last_id + 1)  # ids stay unique when a stricter filter drops logged prompts
     dedup = new_deduper(exclude, extra_protected=shot_texts())
     for r in rows:
         dedup.add(r["turns"][0])
-    if not log_path.exists() or log_path.stat().st_size == 0:
-        log_path.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
+    logged = read_log(log_file) or ""
+    if not logged:
+        logged = json.dumps({"settings": settings}) + "\n"
+        write_log(log_file, logged)
     eos = set(model.args.eos_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
     sp = SamplingParams(temperature=temperature, top_p=top_p)
     tokens, seconds = 0, 0.0
@@ -195,8 +199,8 @@ def generate(model, tok, out: Path, n: int, seed: int = 0, batch: int = 32, temp
             verdicts[verdict] += 1
             recs.append(json.dumps(rec, ensure_ascii=False))
         recs.append(json.dumps({"block": b}))  # the block's end marker
-        with open(log_path, "a", encoding="utf-8") as f:  # one write per block: a block is logged whole or redone
-            f.write("\n".join(recs) + "\n")
+        logged += "\n".join(recs) + "\n"
+        write_log(log_file, logged)   # once a block: a block is logged whole or redone
         write_jsonl(out, rows)
         log(f"block {b}: kept {len(rows)} of {sum(verdicts.values())} so far"
             f"{f', {tokens / seconds:.1f} tok/s' if seconds else ''}")

@@ -34,8 +34,13 @@ elif (_os.cpu_count() or 1) <= 2:
 # table, a kernel build) replaces a link in the mirror, not the user's file.
 # Outside the tests (collection, module fixtures) EAGLE2_CACHE names a folder of the session's
 # own, set before any test module is imported. Subprocesses (the app, the CLI) inherit the
-# variables. At the end of the session the user's cache is compared with a snapshot taken at its
-# start: any change fails the run.
+# variables. The background t(N) measurer writes where the configuration points when its
+# measurement ends, so none may outlive the cache it was asked under: each test has a measurer of
+# its own, closed at its end, and the process's one is closed at the session's end, before the
+# variables are given back (a measurement of a test's tiny model that ended after the session
+# wrote into the user's verify_times.json). A test that changed the user's cache, by itself or by
+# its measurer, fails; at the end of the session the user's cache is compared with a snapshot
+# taken at its start: any change fails the run.
 # ---------------------------------------------------------------------------------------------
 USER_CACHE = _Config.from_env().cache_dir   # the configuration's own default, before the tests move it
 _REAL_MODEL_FIXTURES = {"real_model_cache", "real_folder", "real_bundle"}
@@ -79,17 +84,25 @@ def _snapshot(folder: _Path) -> dict:
     return found
 
 
+def _changes(before: dict, after: dict) -> str:
+    """The user's cache's paths that differ between two snapshots, each with how ('' if none)."""
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return ", ".join(f"{USER_CACHE / k} ({'added' if k not in before else 'removed' if k not in after else 'changed'})"
+                     for k in changed)
+
+
 @_pytest.fixture(scope="session", autouse=True)
 def _user_cache_untouched():
     """Fails the session (an error at the last test's teardown) where the user's cache is not
-    exactly as the session found it."""
+    exactly as the session found it. The process's measurer is closed first: a measurement asked
+    for outside any test (a module fixture) lands now, in the session's folder."""
+    import sys
     yield
-    before, after = _AT_START["cache"], _snapshot(USER_CACHE)
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if "eagle2.model.measurer" in sys.modules:
+        sys.modules["eagle2.model.measurer"].MEASURER.close()
+    changed = _changes(_AT_START["cache"], _snapshot(USER_CACHE))
     if changed:
-        _pytest.fail("the tests wrote into the user's cache: " + ", ".join(
-            f"{USER_CACHE / k} ({'added' if k not in before else 'removed' if k not in after else 'changed'})"
-            for k in changed), pytrace=False)
+        _pytest.fail(f"the tests wrote into the user's cache: {changed}", pytrace=False)
 
 
 @_pytest.fixture(scope="session")
@@ -114,7 +127,9 @@ def _own_cache(request, monkeypatch, tmp_path_factory):
     """This test's EAGLE2_CACHE: a new empty folder, or for a `real_model` test the session's
     mirror of the user's cache (the real model's t(N) tables are then measured once a session).
     A test not marked `real_model` that fetched the default model into its empty folder (half a
-    minute, and the network) fails: it reads the real model without saying so."""
+    minute, and the network) fails: it reads the real model without saying so. A test that
+    changed the user's cache fails (checked after its measurer is closed: _own_measurer)."""
+    user_cache = _snapshot(USER_CACHE)
     real = request.node.get_closest_marker("real_model") is not None
     cache = request.getfixturevalue("real_model_cache") if real else tmp_path_factory.mktemp("eagle2-cache")
     monkeypatch.setenv("EAGLE2_CACHE", str(cache))
@@ -124,6 +139,21 @@ def _own_cache(request, monkeypatch, tmp_path_factory):
     if fetched and not real:
         _pytest.fail(f"{request.node.nodeid} fetched the default model ({', '.join(fetched)} in its "
                      f"cache {cache}): mark it real_model", pytrace=False)
+    changed = _changes(user_cache, _snapshot(USER_CACHE))
+    if changed:
+        _pytest.fail(f"{request.node.nodeid} wrote into the user's cache: {changed}", pytrace=False)
+
+
+@_pytest.fixture(autouse=True)
+def _own_measurer(_own_cache, monkeypatch):
+    """This test's background t(N) measurer (model/measurer.py), closed at its end while the test's
+    EAGLE2_CACHE still holds: whatever it measures lands in this test's cache, never in the next
+    test's, nor after the session in the user's."""
+    from eagle2.model import measurer
+    own = measurer.Measurer()
+    monkeypatch.setattr(measurer, "MEASURER", own)
+    yield own
+    own.close()
 
 
 def write_word_tokenizer(folder, vocab_size: int) -> None:

@@ -190,14 +190,14 @@ IMPLAUSIBLE = {"1": 1.0, "2": 5.0, "4": 0.1}
 
 @pytest.fixture()
 def measurer(monkeypatch):
-    """A background measurer of the test's own, quick to settle (the process's one may be waiting
-    for a quiet moment on another test's model), and an empty memory of plausible tables."""
+    """A background measurer quick to settle (each test's own, from conftest.py, waits the app's
+    second), and an empty memory of plausible tables."""
     from eagle2.model import measurer as m, timing
     own = m.Measurer(settle_s=0.2, wait_s=60.0)
     monkeypatch.setattr(m, "MEASURER", own)
     monkeypatch.setattr(timing, "_known", {})
     yield own
-    own._pool.shutdown(wait=False, cancel_futures=True)
+    own.close()   # while this test's cache is the configuration's: nothing lands in another's
 
 
 def counting_measurements(monkeypatch) -> list[str]:
@@ -259,6 +259,23 @@ def test_sessions_starting_at_once_do_not_measure_in_their_first_step(tiny_targe
     assert calls and all(name.startswith("eagle2-t(N)-measurer") for name in calls), calls
     cached = timing.cached_times(bundle)
     assert cached is not None and set(cached) == set(timing.GRID)
+
+
+def test_a_closed_measurer_measures_nothing(sampling_setup, monkeypatch, measurer):
+    """Closed (each test's at its end: conftest.py), a measurer waiting for a quiet moment gives up
+    at once, and a later request is answered None without measuring: nothing of a test's is
+    measured after it, into whatever cache is configured then."""
+    from eagle2.model.activity import DECODING
+    bundle, _ = sampling_setup
+    calls = counting_measurements(monkeypatch)
+    with DECODING:                                   # a session's Step in flight: the measurer waits
+        waiting = measurer.request(bundle)
+        t0 = time.monotonic()
+        measurer.close()
+        assert time.monotonic() - t0 < 1.0
+    assert waiting.cancelled() or waiting.result(timeout=0) is None   # cancelled if it had not begun
+    assert measurer.request(bundle, refresh=True).result(timeout=0) is None
+    assert calls == []
 
 
 def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, monkeypatch, measurer):

@@ -2,11 +2,12 @@
 building blocks, then the policies, then the decoders that drive them, then the tools), no import
 cycle, the top-level packages pointing one way (ui over viz and eagle2, eagle2_train over eagle2,
 the engine importing none of them nor a page library), the trace reader and viz free of torch,
-one registry that is the only place naming a policy (and "plain"), and one module reading device
-strings."""
+one registry that is the only place naming a policy (and "plain"), one module reading device
+strings, and the tracked tree under 40 MB."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -219,3 +220,16 @@ def test_every_registered_policy_implements_the_interface():
         for o in cls.options:
             assert o.flag not in flags, f"flag {o.flag} defined twice"
             flags.add(o.flag)
+
+
+TRACKED_LIMIT = 40_000_000   # bytes: generated pages are drawn on demand, large logs kept compressed
+
+
+def test_the_tracked_tree_stays_small():
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    sizes = {f: os.lstat(ROOT / f).st_size for f in listed.decode().split("\0") if f and os.path.lexists(ROOT / f)}
+    biggest = sorted(sizes, key=sizes.get, reverse=True)[:5]
+    assert sum(sizes.values()) < TRACKED_LIMIT, [(f, sizes[f]) for f in biggest]

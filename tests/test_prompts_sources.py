@@ -15,6 +15,8 @@ import eagle2_train.selfinstruct as selfinstruct
 from eagle2_train.cli import main as cli_main
 from eagle2_train.prompt_filter import Deduper, clean, new_deduper, reject_reason
 from eagle2_train.prompt_seeds import DOMAIN_CATEGORY, DOMAINS, TASKS
+from eagle2_train.prompts import build_parser, excludes
+from eagle2_train.prompts_log import read_log, write_log
 from eagle2_train.pypi_prompts import SOURCES, convert
 from eagle2.tools.prompt_files import read_prompts
 from scripts.prompt_templates import CATEGORIES
@@ -139,10 +141,10 @@ def test_selfinstruct_is_deterministic_and_resumes(tiny, tmp_path, monkeypatch):
     _run(tiny, b, 8, monkeypatch)
     assert b.read_text() == a.read_text()
     # an interrupted run (second block half-logged) redoes that block and ends the same
-    log = (tmp_path / "b.jsonl.log")
-    lines = log.read_text().splitlines()
+    log = tmp_path / "b.jsonl.log.xz"
+    lines = read_log(log).splitlines()
     cut = next(i for i, l in enumerate(lines) if '"block": 1' in l)
-    log.write_text("\n".join(lines[:cut + 2]) + "\n" + lines[cut + 2][:10])
+    write_log(log, "\n".join(lines[:cut + 2]) + "\n" + lines[cut + 2][:10])
     b.write_text("")
     _run(tiny, b, 8, monkeypatch)
     assert b.read_text() == a.read_text()
@@ -169,6 +171,31 @@ def test_a_stricter_filter_rejudges_logged_prompts_and_keeps_ids_unique(tiny, tm
     assert st["verdicts"]["missing_material"] >= 1 and dropped not in [q["turns"][0] for q in rows]
     ids = [q["question_id"] for q in rows]
     assert len(set(ids)) == len(ids) and min(ids[len(first) - 1:], default=0) > max(q["question_id"] for q in first)
+
+
+def test_the_shipped_log_replays_to_the_shipped_prompts(tmp_path):
+    """The compressed provenance log beside train_selfinstruct.jsonl is the state that file came
+    from: replayed (a copy: replay drops unfinished blocks in place), it gives the same prompts and
+    ids, and a resumed run takes its exclude set from it."""
+    shipped = P / "train_selfinstruct.jsonl"
+    log = tmp_path / "train_selfinstruct.jsonl.log.xz"
+    log.write_bytes((P / log.name).read_bytes())
+    settings = json.loads(read_log(log).split("\n", 1)[0])["settings"]
+    done, rows, _, last_id = selfinstruct.replay(log, settings)
+    kept = read_prompts(shipped)
+    assert len(done) == 125 and last_id == kept[-1]["question_id"]
+    assert [(r["question_id"], r["turns"]) for r in rows] == [(q["question_id"], q["turns"]) for q in kept]
+    assert log.read_bytes() == (P / log.name).read_bytes()   # nothing dropped
+    assert excludes(build_parser().parse_args([]), shipped) == [P / n for n in settings["exclude"]]
+
+
+def test_an_uncompressed_log_of_an_earlier_version_is_one_clear_error(tmp_path):
+    (tmp_path / "a.jsonl.log").write_text('{"settings": {}}\n')
+    with pytest.raises(UserError, match=r"uncompressed log of an earlier version: `xz .*a\.jsonl\.log`"):
+        selfinstruct.replay(tmp_path / "a.jsonl.log.xz", {})
+    (tmp_path / "b.jsonl.log.xz").write_text("not xz")
+    with pytest.raises(UserError, match="not a prompts log"):
+        selfinstruct.replay(tmp_path / "b.jsonl.log.xz", {})
 
 
 def _fixture_wheel(path: Path) -> Path:

@@ -25,13 +25,19 @@ class Measurer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle2-t(N)-measurer")
         self._lock = threading.Lock()
         self._pending: dict[str, Future] = {}
+        self._closed = threading.Event()
 
     def request(self, bundle, refresh: bool = False) -> Future:
         """Have t(N) measured for `bundle`'s forward unless the cache holds a plausible table
         (`refresh`: measure anyway); returns at once. The future's result: the plausible table
-        cached, or None if no quiet moment came. A request for a key already queued joins it."""
+        cached, or None if no quiet moment came (or the measurer is closed). A request for a key
+        already queued joins it."""
         key = timing._cache_key(bundle)
         with self._lock:
+            if self._closed.is_set():
+                f = Future()
+                f.set_result(None)
+                return f
             f = self._pending.get(key)
             if f is None or f.done():
                 f = self._pending[key] = self._pool.submit(self._run, bundle, refresh)
@@ -53,16 +59,27 @@ class Measurer:
         return None
 
     def wait_for_quiet(self) -> bool:
-        """Until nothing has decoded for settle_s seconds (True), or wait_s seconds have passed or
-        the interpreter is exiting (False). Polls with a growing pause: a busy class is not asked
-        several times a second."""
+        """Until nothing has decoded for settle_s seconds (True), or wait_s seconds have passed, the
+        interpreter is exiting or the measurer is closed (False). Polls with a growing pause: a busy
+        class is not asked several times a second."""
         deadline, pause = time.monotonic() + self.wait_s, 0.05
         while DECODING.idle_s() < self.settle_s:
             if time.monotonic() >= deadline or not threading.main_thread().is_alive():
                 return False
-            time.sleep(pause)
+            if self._closed.wait(pause):   # a pause that close() cuts short
+                return False
             pause = min(2 * pause, 2.0)
-        return True
+        return not self._closed.is_set()
+
+    def close(self) -> None:
+        """Measure nothing more: queued requests are cancelled, one waiting for a quiet moment gives
+        up (its result None), one measuring finishes; returns once the worker has stopped. Each
+        test closes its own at its end (tests/conftest.py): a measurement that outlived its test
+        wrote where the configuration pointed when it finished, another test's cache or, after the
+        session, the user's."""
+        with self._lock:   # no request is queued after this
+            self._closed.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 MEASURER = Measurer()

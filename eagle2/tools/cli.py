@@ -142,6 +142,8 @@ def cmd_fetch(a) -> int:
 def dispatch(argv: list[str]) -> int:
     if argv and argv[0] in TRAINING:
         raise UserError(f"`{argv[0]}` is a command of the training package: python -m eagle2_train {argv[0]} ...")
+    from ..model import cache_tidy
+    cache_tidy.tidy(log=lambda s: print(s, file=sys.stderr))   # what earlier versions left in the cache
     if argv and argv[0] in TOOLS:
         return run_tool(argv[0], argv[1:])
     a = build_parser().parse_args(argv)
