@@ -45,6 +45,11 @@ class PhaseClock:
         self.spent = dict.fromkeys(PHASES, 0.0)
         self._t = now()
 
+    def now(self) -> float:
+        """The time on this clock's reading, charged to no phase (a policy timing its own work
+        reads the cycle's time, so a decoder given another clock drives both)."""
+        return self._now()
+
     def lap(self, phase: str) -> float:
         """Charge the time since the last lap to `phase`; returns those seconds."""
         now = self._now()

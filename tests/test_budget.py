@@ -48,15 +48,37 @@ def auto(prior_times: dict, **kw) -> AutoBudgetPolicy:
     return p
 
 
-def test_adaptive_depth_follows_costs(tiny_target):
+class HeadCallClock:
+    """A decoder's time (its `_now`) in which only the draft head's calls take any, `call_s`
+    seconds each: the budget's costs are then exactly the ones a test gives. On wall time the
+    tree's work before the first call (a few hundred microseconds) sometimes took a 4 ms slice of
+    a shared CPU, and a call that costs more than it returns looked cheap next to it."""
+
+    def __init__(self, bundle, monkeypatch, call_s: float):
+        self.t = 0.0
+        real = bundle.draft.step
+
+        def timed(*a, **kw):
+            self.t += call_s
+            return real(*a, **kw)
+
+        monkeypatch.setattr(bundle.draft, "step", timed)
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_adaptive_depth_follows_costs(tiny_target, monkeypatch):
     from eagle2.model.loading import load_bundle
     folder, _ = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
-    bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
+    bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)   # this test's own: its head is timed
+    clock = HeadCallClock(bundle, monkeypatch, call_s=1e-3)   # a draft call: 1 ms, the tree's work around it: none
     # total_tokens 64 > the whole pool (30 nodes), so every drafted node can be verified
     slow_verify = auto({1: 10.0, 64: 10.0}, total_tokens=64)   # a draft call is nothing next to a verification
     cheap_verify = auto({1: 1e-7, 64: 1e-7}, total_tokens=64)  # a draft call costs far more than it returns
     for pol in (slow_verify, cheap_verify):
         dec = Decoder(bundle, pol, max_new_tokens=24, record=False)
+        dec._now = clock
         dec.start(input_ids=SPROMPT)
         dec.generate()
     assert set(slow_verify.stats["levels"]) == {"3"}   # every level of depth 3, every cycle
@@ -64,7 +86,7 @@ def test_adaptive_depth_follows_costs(tiny_target):
     assert cheap_verify.stats["levels"] == {"0": cheap_verify.stats["cycles"]}   # no call, the first cycle included
 
 
-def test_a_budget_that_stopped_drafting_explores_one_call_again(tiny_target):
+def test_a_budget_that_stopped_drafting_explores_one_call_again(tiny_target, monkeypatch):
     """Stopping at the root's children never updates a draft call's price or the deeper ranks'
     probabilities; a learning budget makes one call of width 1 every EXPLORE_EVERY cycles, so a
     cold call cannot keep it shallow for ever, and explores no deeper."""
@@ -72,8 +94,10 @@ def test_a_budget_that_stopped_drafting_explores_one_call_again(tiny_target):
     from eagle2.policies.auto import EXPLORE_EVERY
     folder, _ = tiny_target("sampling", vocab=SV, hidden=32, heads=4, kv_heads=2, inter=64, lm_std=0.5, seed=3)
     bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
+    clock = HeadCallClock(bundle, monkeypatch, call_s=1e-3)   # costs as given, not as a shared CPU makes them
     pol = auto({1: 1e-7, 64: 1e-7}, total_tokens=64, depth=3, learn_costs=True)  # drafting never pays
     dec = Decoder(bundle, pol, max_new_tokens=2 * EXPLORE_EVERY + 4, record=False)
+    dec._now = clock
     dec.start(input_ids=SPROMPT)
     dec.generate()
     levels = pol.stats["levels"]

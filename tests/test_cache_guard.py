@@ -35,8 +35,8 @@ timing.measure_verify_times = slow_measurement
 
 
 def bundle(name):
-    return SimpleNamespace(name=name, packed=False, precision="float32", dtype=None,
-                           device=SimpleNamespace(type="cpu"), target=SimpleNamespace(compiled=None, aux_layers=()))
+    return SimpleNamespace(name=name, device=SimpleNamespace(type="cpu"),
+                           forward=SimpleNamespace(timing_id="float32"))
 
 
 def test_ends_while_its_measurement_runs():

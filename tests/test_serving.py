@@ -176,38 +176,54 @@ def test_run_and_stop_from_two_sessions(server):
 
 def test_steps_take_turns_with_two_runs(tiny_served, tmp_path):
     """At concurrency 2, two visitors Run long answers and a third presses Step three times: its
-    Steps answer while both Runs go on (each Run is a chain of queued Steps, not a slot held to
-    the end of its answer), and both Runs then reach their end. No timing is asserted: the order
-    of events is."""
+    Steps answer while both Runs are in progress (each Run is a chain of queued Steps, not a slot
+    held to the end of its answer), and both Runs then reach their end. No timing is asserted, and
+    the order of events does not depend on speed: a Run that reaches HOLD cycles before the Steps
+    have answered waits for them (between two of its Steps, holding no slot), and HOLD cycles
+    cannot finish it."""
     app = serve(tiny_served, tmp_path, 2)
     long = dict(SETTINGS, max_new_tokens=160)
+    # A cycle emits at most depth + 1 tokens (the drafted path and the bonus token), and the tiny
+    # model has no EOS: a Run of 160 tokens is at least 40 cycles long, so one that has done HOLD
+    # cycles is still in progress whatever the forward's speed. Without the hold, nothing ordered
+    # a Run's last cycle after the third visitor's last answer: the Runs outlasting the Steps was
+    # left to the relative speed of three clients and the server on a shared CPU.
+    hold = 24
+    assert hold * (long["depth"] + 1) < long["max_new_tokens"]
     try:
         cycles = {0: 0, 1: 0}
+        stepped = threading.Event()   # the third visitor's Steps have answered (or it failed)
 
         def runner(i):
             def go_on(n):
                 cycles[i] = n
+                if n == hold and not stepped.wait(4 * STEP_TIMEOUT):
+                    raise AssertionError(f"the third visitor's Steps did not answer while Run {i} waited at cycle {n}")
                 return True
             outs = run(client(app), f"w{i + 3} w{i + 5} w{i + 9}", long, go_on)
             assert "finished" in status_of(outs[-1]), status_of(outs[-1])
 
         def stepper():
-            c = client(app)
-            deadline = time.monotonic() + STEP_TIMEOUT
-            while min(cycles.values()) < 2:                   # both Runs under way
-                assert time.monotonic() < deadline, f"the Runs did not start: {cycles}"
-                time.sleep(0.02)
-            for k in range(1, 4):
-                out = c.submit("w7 w8 w9", *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)
-                assert f"cycle {k} " in status_of(out)
-            return dict(cycles)
+            try:
+                c = client(app)
+                deadline = time.monotonic() + STEP_TIMEOUT
+                while min(cycles.values()) < 2:                   # both Runs under way
+                    assert time.monotonic() < deadline, f"the Runs did not start: {cycles}"
+                    time.sleep(0.02)
+                for k in range(1, 4):
+                    out = c.submit("w7 w8 w9", *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)
+                    assert f"cycle {k} " in status_of(out)
+                return dict(cycles)
+            finally:
+                stepped.set()   # the Runs go on (a failure here is reported, not waited for)
 
         at: dict = {}
         errors = run_threads(lambda i: runner(i) if i < 2 else at.update(stepper()), 3, timeout=6 * STEP_TIMEOUT)
         assert answers(app), "the server stopped answering"
         assert not errors, errors
-        # the Runs had more cycles to go when the third visitor's Steps had all answered
-        assert at and all(cycles[i] > at[i] for i in (0, 1)), (at, cycles)
+        # the Steps answered while both Runs were under way and not past the hold, and the Runs had
+        # more cycles to go then
+        assert at and all(2 <= at[i] <= hold < cycles[i] for i in (0, 1)), (at, cycles)
     finally:
         app.stop()
 

@@ -19,7 +19,6 @@ any N is lossless, so exploring costs only time.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -159,7 +158,7 @@ class AutoBudgetPolicy(Eagle2Policy):
         return np.exp(np.asarray(tree.values[1:], dtype=np.float64))
 
     def expand_width(self, level, beam_values, tree) -> int:
-        now = time.perf_counter()
+        now = self._clock.now()
         if self._width:  # the call just made and its candidates: what a call of that width costs
             self.prices.observe(self._width, now - self._level_t0)
         self._level_t0, self._width = now, 0
@@ -180,7 +179,9 @@ class AutoBudgetPolicy(Eagle2Policy):
 
     def draft(self, runner, root):
         check(len(self.prior_times) >= 2, "The auto budget needs a measured t(N) at two N at least (prepare it).")
-        self._t0 = time.perf_counter()
+        # the cycle's clock (the decoder's time): the prices and the time spent are read on it
+        self._clock = runner.clock
+        self._t0 = self._clock.now()
         self._width, self._widths = 0, []
         self._tn = np.asarray(self.times.t(np.arange(1, self.total_tokens + 1)), dtype=np.float64)
         # before any call of its own, a call costs what the head took for the root's reading, and
@@ -193,7 +194,7 @@ class AutoBudgetPolicy(Eagle2Policy):
         return tree
 
     def keep(self, tree: DraftTree) -> None:
-        now = time.perf_counter()
+        now = self._clock.now()
         if self._width:
             self.prices.observe(self._width, now - self._level_t0)
         spent = now - self._t0
