@@ -49,7 +49,7 @@ def test_the_shipped_eagle12_head_loads_and_is_lossless():
     features; greedy EAGLE-2 and the static tree with it equal plain decoding."""
     from eagle2.model.loading import load_bundle
     bundle = load_bundle(head=str(ASSETS / "heads" / "smollm2-135m"))
-    assert type(bundle.head).__name__ == "EagleHead" and not bundle.target.aux_layers
+    assert type(bundle.head).__name__ == "EagleHead" and not bundle.head.aux_layers
     toks = fwds = 0
     for p in heldout(2):
         out = {}

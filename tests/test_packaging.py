@@ -101,17 +101,17 @@ def test_the_checkout_reads_its_own_assets():
 
 # Run from a folder outside the checkout against the installed copy alone: the engine's head, the
 # page's traces and example prompts, tau's held-out prompts, the trainer's prompt files and the
-# GIL-free runner's and the q4_1 kernels' C++ sources (built on the user's machine).
+# q4_1 kernels' C++ sources (built on the user's machine).
 FOUND_INSTALLED = """
 import sys
 from pathlib import Path
 import eagle2, eagle2_train.train, ui.traces
-from eagle2.model import nogil, quantized
+from eagle2.model import quantized
 from eagle2.model.weights import ASSETS, PRESETS
 from eagle2.tools.tau import build_parser as tau_parser
 site = Path(sys.argv[1]).resolve()
 train = eagle2_train.train.build_parser().parse_args(["--out", "run"])
-files = [Path(eagle2.__file__), ASSETS, Path(PRESETS["smollm2-135m"].head) / "model.safetensors", nogil.SOURCE,
+files = [Path(eagle2.__file__), ASSETS, Path(PRESETS["smollm2-135m"].head) / "model.safetensors",
          quantized.SOURCE, *quantized.HEADERS,
          ui.traces.EXAMPLES_FILE, Path(tau_parser().parse_args(["--out", "o"]).prompts), Path(train.heldout),
          *ui.traces.shipped_traces().values(), *map(Path, train.prompts.split(","))]

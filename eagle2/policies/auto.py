@@ -190,8 +190,12 @@ class AutoBudgetPolicy(Eagle2Policy):
         root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().cpu().numpy())
         self._root_ranks = np.pad(root_top, (0, self.top_k - len(root_top)))
         self._explore_depth = self.learn_costs and self.stats["cycles"] % EXPLORE_EVERY == EXPLORE_EVERY // 4
-        tree = super().draft(runner, root)
-        return tree
+        try:
+            return super().draft(runner, root)
+        finally:
+            # the clock reads the decoder's time: a cycle's, never kept past it (a fork of this
+            # policy, the page's preview, copies what it learnt, not a decoder)
+            self._clock = None
 
     def keep(self, tree: DraftTree) -> None:
         now = self._clock.now()
