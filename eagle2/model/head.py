@@ -74,16 +74,11 @@ class DraftHead(nn.Module):
         """Log-probabilities over the draft vocabulary [.., V_draft] (float32)."""
         return torch.log_softmax(linear(g, self.lm_weight, None, self.lm_packed).float(), dim=-1)
 
-    def forward_logprobs(self, cache: KVCache, features, tokens, positions, start: int,
-                         tree_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward_cached, then draft_logprobs of every row: (g [T, D], log-probs [T, V_draft])."""
-        g, logp, _ = self.forward_draft(cache, features, tokens, positions, start, tree_mask)
-        return g, logp
-
     def forward_draft(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None,
                       k: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
-        """forward_logprobs, and with k > 0 each row's k most likely draft tokens: (g [T, D],
-        log-probs [T, V_draft], (their log-probs [T, k'], target ids [T, k']) or None), k' =
+        """forward_cached, then draft_logprobs of every row, and with k > 0 each row's k most likely
+        draft tokens: (g [T, D], log-probs [T, V_draft], (their log-probs [T, k'], target ids [T,
+        k']) or None), k' =
         min(k, V_draft), best first (forward.DraftForward.step's contract)."""
         g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
         logp = self.draft_logprobs(g)

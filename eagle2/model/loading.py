@@ -253,7 +253,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
         pack_linears(model)
         h.pack()
-    packed = model.lm_head.packed is not None
+    packed, precision = model.lm_head.packed is not None, str(dt).removeprefix("torch.")
     fwd = EagerTarget(model, packed)
-    draft = EagerDraft(h, "prepacked weights" if packed else str(dt).removeprefix("torch."))
-    return Bundle(fwd, draft, model, h, tok, dev, dt, name, head_name, str(dt).removeprefix("torch."))
+    draft = EagerDraft(h, "prepacked weights" if packed else precision)
+    return Bundle(fwd, draft, model, h, tok, dev, dt, name, head_name, precision)

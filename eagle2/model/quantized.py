@@ -291,6 +291,14 @@ def declare(lib: ctypes.CDLL) -> None:
         raise RuntimeError(f"the q4_1 kernels' library does not match quantized.py: {problem}")
 
 
+def matmul(lib: ctypes.CDLL, cmat: "_CMat", x: torch.Tensor) -> torch.Tensor:
+    """x [rows, K] times a packed matrix: [rows, N] in fp32 (its bias added in the kernels)."""
+    x = x.float().contiguous()
+    y = torch.empty(x.shape[0], cmat.N)
+    lib.qf_matmul(ctypes.byref(cmat), x.data_ptr(), x.shape[0], y.data_ptr(), torch.get_num_threads())
+    return y
+
+
 def rows_of(lib: ctypes.CDLL, cmat: "_CMat", rows: torch.Tensor) -> torch.Tensor:
     """Rows of a packed matrix as the fp32 values its blocks hold [len(rows), K]."""
     rows = rows.to(torch.int64).contiguous()
@@ -362,8 +370,6 @@ class KernelTarget:
         self._taps = (ctypes.c_int32 * max(1, len(self.aux_layers)))(*self.aux_layers)
         self._cos = self._sin = None
         self.rope(2048)
-        self.timing_id = f"{PRECISION} {self.kernels_id}"
-        self.description = f"q4_1 forward (integer kernels, {self.isa})"
 
     @property
     def isa(self) -> str:
@@ -374,6 +380,14 @@ class KernelTarget:
         """The dot products that run and the kernels' build (their sources' hash): what a t(N)
         table measured on them is keyed by, so that new kernels are timed anew."""
         return f"{self.isa} {Path(self.lib._name).parent.name}"
+
+    @property
+    def timing_id(self) -> str:
+        return f"{PRECISION} {self.kernels_id}"
+
+    @property
+    def description(self) -> str:
+        return f"q4_1 forward (integer kernels, {self.isa})"
 
     def rope(self, n: int):
         """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
@@ -408,10 +422,7 @@ class KernelTarget:
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """The LM head of rows [.., D] (fp32)."""
-        x = features.float().reshape(-1, self.args.dim).contiguous()
-        y = torch.empty(x.shape[0], self.args.vocab_size)
-        self.lib.qf_matmul(ctypes.byref(self._c_model.lm_head), x.data_ptr(), x.shape[0], y.data_ptr(),
-                           torch.get_num_threads())
+        y = matmul(self.lib, self._c_model.lm_head, features.reshape(-1, self.args.dim))
         return y.reshape(*features.shape[:-1], -1)
 
     def _call(self, cache: KVCache, tokens, positions, tree_mask, with_taps: bool, logits: torch.Tensor | None,
@@ -450,7 +461,7 @@ class Q8Weight:
 
     def __init__(self, weight: torch.Tensor, lib: ctypes.CDLL):
         w = weight.detach()
-        self.lib, self.n = lib, w.shape[0]
+        self.lib = lib
         self._keep: list = []
         self.cmat = _cmat(quantise_q8_0(w), self._keep)
         self.key = (w.data_ptr(), w._version, tuple(w.shape))
@@ -459,9 +470,7 @@ class Q8Weight:
         return self.key == (weight.data_ptr(), weight._version, tuple(weight.shape))
 
     def apply(self, x2: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        x = x2.float().contiguous()
-        y = torch.empty(x.shape[0], self.n)
-        self.lib.qf_matmul(ctypes.byref(self.cmat), x.data_ptr(), x.shape[0], y.data_ptr(), torch.get_num_threads())
+        y = matmul(self.lib, self.cmat, x2)
         return y if bias is None else y + bias
 
     @staticmethod
@@ -600,7 +609,7 @@ def kernel_target(model: LlamaModel, gguf: Path | None = None, log=None) -> Kern
     for blk, layer in zip(layers, model.layers):
         att = layer.self_attn
         for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
-            blk[name].bias = None if lin.bias is None else lin.bias.detach().float().contiguous()
+            blk[name].bias = lin.bias   # _cmat keeps its own fp32 copy
     norms = [(ly.input_layernorm.weight, ly.post_attention_layernorm.weight) for ly in model.layers]
     return KernelTarget(a, layers, head, embed, norms, model.norm.weight, lib, model.aux_layers)
 

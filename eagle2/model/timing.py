@@ -183,9 +183,9 @@ _measuring = threading.Lock()   # one measurement at a time (the background meas
 
 def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], bool]:
     """t(N) measured now in this thread, and whether it was quiet: no decode in flight when it
-    began, none started before it ended. Only a quiet table is cached. `give_way`: stop at the next size once a decode
-    starts (the background measurer: a visitor's Step does not share the CPU with it for long) or
-    the interpreter exits (its worker thread is joined then). One line in the log says which
+    began, none started before it ended. Only a quiet table is cached. `give_way`: stop at the next
+    size once a decode starts (the background measurer: a visitor's Step does not share the CPU with
+    it for long) or the interpreter exits (its worker thread is joined then). One line in the log says which
     thread measured and what became of the table."""
     with _measuring:
         key, mark, t0 = _cache_key(bundle), DECODING.mark(), time.perf_counter()
