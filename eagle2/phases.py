@@ -15,7 +15,7 @@ from typing import Callable
 PHASE_TEXT = (
     ("draft_head", "the draft head's forwards: absorbing the last cycle's tokens, then one call per level"),
     ("draft_tree", "drafting around the head: top-k, growing the tree, the policy's choices and rerank"),
-    ("verify_inputs", "the verification's inputs: tokens, positions, the tree mask, padding to a bucket"),
+    ("verify_inputs", "the verification's inputs: tokens, positions and the tree mask"),
     ("target_forward", "the target's forward over the root and the kept nodes (the one it cannot skip)"),
     ("accept", "acceptance: the path the target agrees with, and the bonus token"),
     ("cache_commit", "committing the accepted nodes' K/V and making the next state"),
@@ -56,6 +56,15 @@ class PhaseClock:
         dt = now - self._t
         self.spent[phase] += dt
         self._t = now
+        return dt
+
+    def lap_within(self, phase: str, inner: str, inner_s: float) -> float:
+        """Charge the time since the last lap to `phase`, except `inner_s` of it (timed inside the
+        same stretch: the draft head's steps within the kernels' drafting) to `inner`."""
+        dt = self.lap(phase)
+        inner_s = min(max(inner_s, 0.0), dt)
+        self.spent[phase] -= inner_s
+        self.spent[inner] += inner_s
         return dt
 
     def add(self, phase: str, seconds: float) -> None:

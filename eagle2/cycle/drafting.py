@@ -14,6 +14,7 @@ from ..model.forward import DraftForward
 from ..model.llama import KVCache
 from ..phases import PhaseClock
 from .sampling import SamplingParams
+from .tree_arrays import TreeArrays
 
 # How many of each drafted node's best children a draft call ranks as it runs (the q4_1 kernels
 # rank them in the same call): a policy asking for more ranks them with torch.
@@ -39,6 +40,25 @@ class HeadRunner:
         self.used = 0
         self.anc = np.zeros((64, 64), dtype=bool)
         self.calls = 1                            # the root call already ran
+
+    @property
+    def drafts_trees(self) -> bool:
+        """Whether the whole tree can be drafted in one call of the kernels (draft_tree)."""
+        return self.draft.drafts_trees and self.ranked[0][1] is not None
+
+    def draft_tree(self, root: int, top_k: int, depth: int, total_tokens: int,
+                   budget: dict | None = None) -> tuple[TreeArrays, dict]:
+        """EAGLE-2's tree under `root` in one call of the kernels (quantized.KernelDraft.draft_tree:
+        every level's head step, the top-k, the beams, the rerank and the verify layout; `budget`:
+        the auto budget's data). Its head steps' time is this cycle's draft_head phase, the rest
+        its draft_tree phase. Returns the tree and the call's counts."""
+        cols = self.draft.tree_arrays(top_k, depth, total_tokens)
+        self.clock.lap("draft_tree")
+        r = self.draft.draft_tree(self.cache, root, self.root_g, self.ranked[0][1], self.base_pos, top_k, depth,
+                                  total_tokens, cols, budget)
+        self.clock.lap_within("draft_tree", "draft_head", r["head_s"])
+        self.calls = r["draft_calls"]
+        return TreeArrays(cols, r["n"], r["n_beams"], r["draft_calls"], r["n_verify"]), r
 
     def _grow(self, n: int) -> None:
         if n > self.anc.shape[0]:

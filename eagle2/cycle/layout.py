@@ -4,6 +4,7 @@ children in rank order, which the acceptance rules walk."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -19,10 +20,24 @@ class VerifyBatch:
     positions: torch.Tensor      # [T] = committed length + depth
     mask: torch.Tensor           # [T, T] ancestors + self
     parent_pos: list[int]        # verify position of the parent (-1 for the root)
-    children: list[list[int]]    # verify positions of each node's children, in rank order
+    ranks: list[int]             # each node's rank among its siblings
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        """Verify positions of each node's children, in rank order (what the sampled and the
+        lossy rules walk; the greedy rule reads parent_pos)."""
+        children: list[list[int]] = [[] for _ in self.parent_pos]
+        for i in range(1, len(self.parent_pos)):
+            children[self.parent_pos[i]].append(i)
+        for ch in children:
+            ch.sort(key=lambda i: self.ranks[i])
+        return children
 
 
-def layout(tree: DraftTree, committed: int, device) -> VerifyBatch:
+def layout(tree, committed: int, device) -> VerifyBatch:
+    """The batch of a DraftTree, or of a TreeArrays (whose kernels laid it out already)."""
+    if not isinstance(tree, DraftTree):
+        return tree.layout(committed, device)
     order = tree.verify_order()
     pos_of = {p: i for i, p in enumerate(order)}
     T = len(order)
@@ -30,15 +45,10 @@ def layout(tree: DraftTree, committed: int, device) -> VerifyBatch:
     anc = np.eye(T, dtype=bool)
     for i in range(1, T):  # parents come first, so one pass builds ancestor rows
         anc[i] |= anc[parent_pos[i]]
-    children: list[list[int]] = [[] for _ in range(T)]
-    for i in range(1, T):
-        children[parent_pos[i]].append(i)
-    for ch in children:
-        ch.sort(key=lambda i: tree.ranks[order[i]])
     depths = np.array([tree.depths[p] for p in order])
     return VerifyBatch(
         pool_idx=order,
         tokens=torch.tensor([tree.tokens[p] for p in order], dtype=torch.long, device=device),
         positions=torch.from_numpy(committed + depths).to(device),
         mask=torch.from_numpy(anc).to(device),
-        parent_pos=parent_pos, children=children)
+        parent_pos=parent_pos, ranks=[tree.ranks[p] for p in order])

@@ -9,6 +9,7 @@ from a file for the shape the figures draw (DraftTree's validator).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Annotated, Generic, TypeVar
 
@@ -19,6 +20,12 @@ from .checked import CHECKED, broken
 # the columns: one entry per pool node, or (the second) that or none at all (not filled)
 NODE_COLUMNS = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept")
 NODE_COLUMNS_OR_EMPTY = ("order", "target_prob", "accepted")
+
+
+def log_mass(values: list[float]) -> float:
+    """log(sum(exp(values))) of a beam's few values (a beam's share of the draft's mass)."""
+    top = max(values)
+    return top + math.log(sum(math.exp(x - top) for x in values))
 
 
 @dataclass

@@ -2,7 +2,8 @@
 (docs/algorithms.md §7): the output is exactly the target's, greedy or sampled.
 
 All rules walk from the root; `children[i]` lists verify positions of node i's children in rank
-(or sampling) order, `logits[i]` is the target's output at node i.
+(or sampling) order, `logits[i]` is the target's output at node i; the greedy rule reads only each
+node's argmax (`best`, which the q4_1 forward computes beside its logits).
 """
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import torch
 from .sampling import SamplingParams, probs_from_logits, sample
 
 
-def greedy(tokens: list[int], children: list[list[int]], logits: torch.Tensor) -> tuple[list[int], int]:
-    """Accept a child iff it equals the target's argmax at its parent. Children are distinct
-    tokens, so the accepted path is unique. Returns (accepted verify positions, bonus token)."""
-    best = logits.argmax(-1).tolist()
-    node, path = 0, []
+def greedy(tokens: list[int], parent_pos: list[int], best: list[int]) -> tuple[list[int], int]:
+    """Accept a child iff it equals the target's argmax at its parent (`best[i]`: node i's).
+    Children are distinct tokens, so the accepted path is unique. Returns (accepted verify
+    positions, bonus token)."""
+    node, path, T = 0, [], len(tokens)
     while True:
-        nxt = next((c for c in children[node] if tokens[c] == best[node]), None)
+        want = best[node]
+        nxt = next((c for c in range(node + 1, T) if parent_pos[c] == node and tokens[c] == want), None)
         if nxt is None:
-            return path, best[node]
+            return path, want
         path.append(nxt)
         node = nxt
 

@@ -23,6 +23,7 @@ from ..cycle.layout import VerifyBatch, layout
 from ..cycle.sampling import SamplingParams, choose
 from ..cycle.trace import StepTrace, Trace
 from ..cycle.tree import DraftTree
+from ..cycle.tree_arrays import TreeArrays
 from ..errors import UserError, check
 from ..model.activity import DECODING
 from ..model.chat import prompt_ids
@@ -170,19 +171,23 @@ class Decoder:
         runner = HeadRunner(b.draft, hc, s.reading.g, base_pos=hc.length - 1, root_logp=s.reading.logp,
                             sampling=self.sampling, gen=draft_gen, clock=clock, root_top=s.reading.top,
                             root_seconds=s.reading.seconds)
-        tree = policy.draft(runner, s.root)
+        tree = policy.draft(runner, s.root)   # a DraftTree, or the kernels' TreeArrays
         clock.lap("draft_tree")
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
-        #    land after the committed tokens, in this state's cache view).
+        #    land after the committed tokens, in this state's cache view); greedy decoding reads
+        #    only each row's argmax, which the forward gives beside the logits.
         L = s.cache.length
         cache = self._room(s.cache, L + tree.n_kept)
         vb = layout(tree, L, dev)
-        feats, logits = b.forward.verify(cache, vb.tokens, vb.positions, vb.mask, clock=clock)
+        best = torch.empty(tree.n_kept, dtype=torch.long) if self.sampling.greedy else None
+        feats, logits = b.forward.verify(cache, vb.tokens, vb.positions, vb.mask, clock=clock, best=best)
         clock.lap("target_forward")
         # 4. Accept a path by the policy's rule (lossless unless it says otherwise) and a bonus token.
-        path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen)
+        path_pos, bonus = policy.accept(tree, vb, logits, self.sampling, accept_gen,
+                                        best=None if best is None else best.tolist())
         clock.lap("accept")
-        c = Cycle(tree=tree, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus, timings={})
+        c = Cycle(drafted=tree, root=s.root, vb=vb, feats=feats, logits=logits, path_pos=path_pos, bonus=bonus,
+                  timings={})
         if not commit:
             c.timings = clock.timings()
             return s, c
@@ -225,10 +230,11 @@ class Decoder:
         clock = self._clock()
         cache = self._room(s.cache, s.cache.length + 1)
         dev = self.b.device
+        best = torch.empty(1, dtype=torch.long) if self.sampling.greedy else None
         _, logits = self.b.forward.verify(cache, torch.tensor([s.root], device=dev),
-                                          torch.tensor([cache.length], device=dev), clock=clock)
+                                          torch.tensor([cache.length], device=dev), clock=clock, best=best)
         clock.lap("target_forward")
-        nxt = choose(logits[0], self.sampling, s.accept_gen)
+        nxt = int(best[0]) if best is not None else choose(logits[0], self.sampling, s.accept_gen)
         clock.lap("accept")
         cache.advance(1)
         s = replace(s, cache=cache, root=nxt, target_forwards=s.target_forwards + 1)
@@ -316,8 +322,9 @@ class Decoder:
             timings=timings,
             cumulative={"tokens": len(s.generated), "target_forwards": s.target_forwards,
                         "wall_s": self.wall, "draft_calls": s.draft_calls},
-            tree=None if c is None else c.tree, accepted_path=[] if c is None else c.accepted_pool,
-            root=None if c is None else c.tree.tokens[0], finished=finished,
+            # the tree as lists only where a trace keeps it (a bench's or a tool's steps draw none)
+            tree=None if c is None or not self.record else c.tree, accepted_path=[] if c is None else c.accepted_pool,
+            root=None if c is None else c.root, finished=finished,
             text_delta=self.text_stream.push(out) + (self.text_stream.finish() if finished else ""))
         if self.record:
             self.recorder.record(st, c, self.sampling)
@@ -394,13 +401,19 @@ class Decoder:
 @dataclass
 class Cycle:
     """What one draft -> verify -> accept produced."""
-    tree: DraftTree
+    drafted: DraftTree | TreeArrays   # the policy's tree, as lists or as the kernels' arrays
+    root: int
     vb: VerifyBatch
     feats: torch.Tensor          # what the draft head reads at every verified node (forward.verify)
     logits: torch.Tensor
     path_pos: list[int]          # accepted verify positions (root excluded)
     bonus: int
     timings: dict
+
+    @property
+    def tree(self) -> DraftTree:
+        """The tree as the trace and the page read it (the kernels' arrays made into lists once)."""
+        return self.drafted.to_tree() if isinstance(self.drafted, TreeArrays) else self.drafted
 
     @property
     def path_tokens(self) -> list[int]:

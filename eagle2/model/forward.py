@@ -38,11 +38,13 @@ class TargetForward(Protocol):
         (what the draft head reads at every row [T, F], the last row's logits [vocab])."""
 
     def verify(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
-               tree_mask: torch.Tensor | None = None, clock=None) -> tuple[torch.Tensor, torch.Tensor]:
+               tree_mask: torch.Tensor | None = None, clock=None,
+               best: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """N tree tokens after the committed cache under `tree_mask` [N, N] (ancestors and self;
         None: causal), K/V written uncommitted: (what the draft head reads [N, F], logits [N,
-        vocab] in fp32). `clock` (a cycle's PhaseClock): its verify_inputs phase closes where the
-        forward's own computation starts."""
+        vocab] in fp32); with `best` ([N] int64 on the CPU) each row's argmax written into it
+        (all that greedy decoding reads). `clock` (a cycle's PhaseClock): its verify_inputs phase
+        closes where the forward's own computation starts."""
 
     def streamed_bytes(self) -> int:
         """The weight bytes one forward reads (the memory bound of a token: profile, prior t(N))."""
@@ -58,6 +60,9 @@ class DraftForward(Protocol):
     description: str
     draft_ids: torch.Tensor | None   # the draft vocabulary as target ids (sorted), None: the target's
     vocab_size: int                  # the target's vocabulary
+    # drafts a whole EAGLE-2 tree in one call (`draft_tree`, as quantized.KernelDraft does); else
+    # the policies call `step` level by level
+    drafts_trees: bool
 
     def new_cache(self, max_len: int) -> KVCache: ...
 
@@ -91,11 +96,14 @@ class EagerTarget:
         feats, head_feats = self.model.forward_draft(cache, tokens, positions)
         return head_feats, self.model.logits(feats[-1])
 
-    def verify(self, cache, tokens, positions, tree_mask=None, clock=None):
+    def verify(self, cache, tokens, positions, tree_mask=None, clock=None, best=None):
         if clock is not None:
             clock.lap("verify_inputs")
         feats, head_feats = self.model.forward_draft(cache, tokens, positions, tree_mask)
-        return head_feats, self.model.logits(feats)
+        logits = self.model.logits(feats)
+        if best is not None:
+            best.copy_(logits.argmax(-1))
+        return head_feats, logits
 
     def streamed_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -107,6 +115,8 @@ class EagerTarget:
 class EagerDraft:
     """DraftForward as the head module's own forward (its matmuls through whatever copies its
     Linears were prepared with at load: llama.PackedWeight, quantized.Q8Weight)."""
+
+    drafts_trees = False
 
     def __init__(self, head: DraftHead, what: str):
         self.head = head

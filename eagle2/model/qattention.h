@@ -7,6 +7,8 @@
 
 #include "qblocks.h"
 
+#include <limits>
+
 namespace qf {
 
 QF_AVX2 inline float hsum(__m256 v) {
@@ -105,6 +107,29 @@ QF_AVX2 inline void log_softmax_row(float* x, int n) {
 
 // The k largest of x[0..n-1] in order (ties: the lower index first), their indices mapped through
 // ids when given.
+// The index of a row's largest value, the first of equal ones (torch.argmax's; NaN never wins):
+// the maximum 8 lanes at a time, then the first index holding it. argmax_row_ref is its reference.
+inline int64_t argmax_row(const float* x, int n) {
+    float mx = -std::numeric_limits<float>::infinity();
+    int j = 0;
+    __m256 vm = _mm256_set1_ps(mx);
+    for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + j), vm);  // a NaN load keeps vm
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    for (float l : lanes) mx = l > mx ? l : mx;
+    for (; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+    for (int i = 0; i < n; ++i)
+        if (x[i] == mx) return i;
+    return 0;
+}
+
+inline int64_t argmax_row_ref(const float* x, int n) {
+    int64_t arg = 0;
+    for (int i = 1; i < n; ++i)
+        if (x[i] > x[arg] || (x[arg] != x[arg] && x[i] == x[i])) arg = i;
+    return arg;
+}
+
 inline void top_k_row(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out) {
     int have = 0;
     int32_t idx[1024];

@@ -19,6 +19,7 @@
 #include "qblocks.h"
 #include "qmatmul.h"
 #include "qprobe.h"
+#include "qtree.h"
 
 #include <omp.h>
 
@@ -61,6 +62,47 @@ struct QDraft {  // the EAGLE-3 draft head as one draft step runs it
     QMat lm;               // [V_draft, D] the draft vocabulary's LM head
     const int64_t* ids;    // [V_draft] each draft index's target id, or null (the same)
     int32_t vocab, pad_;
+};
+
+struct QTreeIn {  // one cycle's drafting (qf_draft_tree): the root's reading, the head's cache, the rule
+    int64_t root;              // the root token
+    const float* root_g;       // [D] the head's predicted feature at the root
+    const float* root_vals;    // [n_root] the root's best children: log-probs, best first
+    const int64_t* root_ids;   // [n_root] their target ids
+    int32_t n_root, top_k, depth, total_tokens;  // top_k <= QT_TOPK
+    int32_t committed, base_pos;  // the head cache's committed length (the first tree slot), the root pair's position
+    int32_t cap, rope_rows;    // the head cache's slots, its RoPE tables' rows
+    uint16_t *kc, *vc;         // the head's cache [KV, cap, hd] in fp16
+    const float *cos, *sin;    // the head's RoPE tables [rope_rows, hd]
+    int32_t budget;            // 0: EAGLE-2 (every beam node, depth levels, the total_tokens-1 best kept);
+                               // 1: the auto budget (width by rate each level, N by rate); 2: N by rate only
+    int32_t explore_depth;     // the budget: one call at least below the root's children this cycle
+    int32_t explore;           // the budget: verify the best N (0), twice it (1) or half of it (2)
+    int32_t max_width;         // prices has max_width + 1 entries
+    double spent0;             // the cycle's seconds spent drafting before this call
+    double call_guess;         // a call's price before any was measured
+    double decay;              // the prices' running mean
+    const double* tn;          // [total_tokens] t(N) in seconds, N = 1, 2, ...
+    const double* rank_prob;   // [top_k] a child's draft probability by its rank
+    double* prices;            // [max_width + 1] a call's seconds by width (NaN: none seen), updated
+    int32_t threads, pad_;
+};
+
+struct QTreeOut {  // the pool (index 0: the root) and what verification reads, in caller's arrays
+    int32_t cap_nodes, cap_verify;  // the arrays' capacities
+    int64_t* tokens;
+    int32_t *parents, *depths, *ranks;
+    float *logp, *values;
+    int32_t* levels;
+    uint8_t* kept;
+    int32_t* beam;             // [cap_nodes] each level's beam nodes, one level after another
+    int32_t* beam_len;         // [depth + 1] how many at each level
+    int32_t* order;            // [cap_verify] verify position -> pool index
+    int32_t* parent_pos;       // [cap_verify] the parent's verify position (-1: the root)
+    uint8_t* mask;             // [cap_verify, cap_verify] ancestors and self, row stride n_verify
+    int32_t n, n_beams, draft_calls, n_verify, best_n, pad_;
+    double expected;           // the budget's expected tokens at best_n (1 for EAGLE-2)
+    double head_s;             // seconds in the draft head's steps (the rest of the call: the tree's work)
 };
 
 }  // extern "C"
@@ -287,6 +329,9 @@ const char* qf_layout() {
         QF_SIZE(QHead3), QF_AT(QHead3, input_norm), QF_AT(QHead3, q), QF_AT(QHead3, down);
         QF_SIZE(QDraft), QF_AT(QDraft, fc), QF_AT(QDraft, embed), QF_AT(QDraft, lm), QF_AT(QDraft, ids);
         QF_AT(QDraft, vocab);
+        QF_SIZE(QTreeIn), QF_AT(QTreeIn, committed), QF_AT(QTreeIn, kc), QF_AT(QTreeIn, budget);
+        QF_AT(QTreeIn, spent0), QF_AT(QTreeIn, tn), QF_AT(QTreeIn, threads);
+        QF_SIZE(QTreeOut), QF_AT(QTreeOut, tokens), QF_AT(QTreeOut, beam), QF_AT(QTreeOut, n), QF_AT(QTreeOut, expected);
 #undef QF_AT
 #undef QF_SIZE
         return o;
@@ -352,13 +397,14 @@ double qf_read_gbs(int64_t bytes, int threads, int repeats) { return read_gbs((s
 //   for causal order. Every committed slot 0..start-1 is visible to every row.
 //   taps [ntaps]: layers (L: the last one's output) whose entering state goes to aux [T, ntaps D],
 //   side by side in that order (what an EAGLE-3 head reads); aux null when ntaps is 0.
-//   logits: [T, vocab] for the LM head's outputs of every row, or null.
+//   logits: [T, vocab] for the LM head's outputs of every row, or null; best [T] (with logits, or
+//   null): each row's argmax, the first of equal values as torch.argmax.
 //   prof: [threads, qf_ops()] seconds added per op and thread, or null.
 // Returns 0; -1 when a query would see more keys than the cache holds (a caller's bug), -2 for a
 // token or a position outside the tables.
 int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const float* cos, const float* sin, int rows,
                uint16_t* kc, uint16_t* vc, int cap, int start, const int64_t* positions, const uint8_t* visible,
-               const int32_t* taps, int ntaps, float* aux, float* logits, int threads, double* prof) {
+               const int32_t* taps, int ntaps, float* aux, float* logits, int64_t* best, int threads, double* prof) {
     const int D = md->D, H = md->H, KV = md->KV, hd = md->hd, F = md->F;
     if (start < 0 || T < 1 || start + T > cap) return -1;
     for (int t = 0; t < T; ++t)
@@ -415,7 +461,13 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
         if (logits) {
             tm.sync(OP_QUANTISE);
             matmul_share(tm, md->lm_head, b.mlp_in, logits, false);
-            tm.clock.lap(OP_LM_HEAD);
+            if (best) {  // each row's argmax (greedy acceptance reads only these)
+                tm.sync(OP_LM_HEAD);
+                for (int t = lo; t < hi; ++t) best[t] = argmax_row(logits + (size_t)t * md->vocab, md->vocab);
+                tm.clock.lap(OP_FLOAT);
+            } else {
+                tm.clock.lap(OP_LM_HEAD);
+            }
         }
     }
     return 0;
@@ -495,6 +547,174 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
             if (k) top_k_row(row, V, k, m->ids, top_vals + (size_t)t * k, top_ids + (size_t)t * k);
         }
     }
+    return 0;
+}
+
+// How many children of each drafted node a tree call ranks (drafting.DRAFT_TOPK): a policy's top_k
+// is at most this.
+#define QT_TOPK 16
+
+// One cycle's draft tree in one call (policies/eagle2.py's EAGLE-2 and policies/auto.py's budget,
+// the same decisions without Python between the draft calls). From the root's children (the head's
+// reading, given), level by level: the budget (budget 1) weighs each width w of the beam by the
+// tree's best expected tokens per second once a call of that width is paid (its price learnt per
+// width in `prices`), EAGLE-2 (0) and the N-only budget (2) take the whole beam; qf_draft runs the
+// chosen beam nodes (each sees the committed context, its ancestors and itself), their top_k
+// children join the pool with path values, and the top_k best of the level are the next beam. Then
+// the N verified: the total_tokens best (0) or the rate's best N, twice or half of it when the
+// budget explores (1, 2); the rerank keeps the N-1 best nodes and the layout orders them for the
+// target. Returns 0; -3 when the arrays are too small or the arguments out of range; else what
+// qf_draft returned.
+int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
+    const auto t_entry = std::chrono::steady_clock::now();
+    auto now = [&] {  // the cycle's drafting seconds so far
+        return in->spent0 + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
+    };
+    const int D = m->layer.D, hd = m->layer.hd, k = in->top_k;
+    if (k < 1 || k > QT_TOPK || in->depth < 0 || in->total_tokens < 1 || in->n_root < 0) return -3;
+    const int kk = std::min(in->n_root, k);
+    int n = 0;
+    auto add = [&](int64_t tok, int parent, int depth, int rank, float lp, float val, int level) {
+        out->tokens[n] = tok, out->parents[n] = parent, out->depths[n] = depth, out->ranks[n] = rank;
+        out->logp[n] = lp, out->values[n] = val, out->levels[n] = level;
+        return n++;
+    };
+    if (1 + kk + (int64_t)in->depth * k * k > out->cap_nodes) return -3;
+    add(in->root, -1, 0, 0, 0.f, 0.f, -1);
+    std::vector<int> beam(kk), rows;
+    std::vector<float> beam_vals(kk), beam_g((size_t)kk * D);
+    std::vector<int> beam_slot(kk, -1);  // the head cache's tree slot of each beam node (-1: the root's pair)
+    for (int j = 0; j < kk; ++j) {
+        beam[j] = add(in->root_ids[j], 0, 1, j, in->root_vals[j], in->root_vals[j], 0);
+        beam_vals[j] = in->root_vals[j];
+        std::memcpy(beam_g.data() + (size_t)j * D, in->root_g, sizeof(float) * D);
+    }
+    int nb_out = 0, n_beams = 0;
+    auto push_beam = [&] {
+        for (int b : beam) out->beam[nb_out++] = b;
+        out->beam_len[n_beams++] = (int)beam.size();
+    };
+    push_beam();
+    qt::Prices prices{in->prices, in->max_width + 1, in->decay};
+    double level_t0 = 0, head_s = 0;
+    int width = 0, used = 0, calls = 1;  // the root's call already ran
+    const int max_slots = in->depth * k;
+    std::vector<uint8_t> anc((size_t)max_slots * max_slots), tree;
+    std::vector<float> g((size_t)k * D), top_v((size_t)k * QT_TOPK), cs((size_t)k * hd), sn((size_t)k * hd);
+    std::vector<int64_t> top_i((size_t)k * QT_TOPK), toks(k);
+    const int V = m->lm.N;
+    // the draft's log-probs [k, V], which the tree reads only through each row's top k: one buffer
+    // per calling thread, kept (a fresh half-megabyte each call cost its page faults every cycle)
+    static thread_local std::vector<float> lp;
+    if (lp.size() < (size_t)k * V) lp.resize((size_t)k * V);
+    // the pool's values as acceptance estimates, best first, and the beam's children predicted
+    auto pool_desc = [&] {
+        std::vector<double> v(n - 1);
+        for (int i = 1; i < n; ++i) v[i - 1] = std::exp((double)out->values[i]);
+        std::sort(v.begin(), v.end(), std::greater<double>());
+        return v;
+    };
+    auto choose_width = [&](int level) {  // AutoBudgetPolicy.expand_width
+        const double t = now();
+        if (width) prices.observe(width, t - level_t0);
+        level_t0 = t, width = 0;
+        const int nb = (int)beam.size();
+        if (in->budget != 1) return width = nb;
+        std::vector<double> beam_p(nb);
+        for (int r = 0; r < nb; ++r) beam_p[r] = std::exp((double)beam_vals[r]);
+        width = qt::best_width(pool_desc(), beam_p.data(), nb, in->rank_prob, k, t, prices, in->call_guess, in->tn,
+                               in->total_tokens);
+        if (width == 0 && in->explore_depth && level == 1) width = 1;
+        return width;
+    };
+    for (int level = 1; level <= in->depth; ++level) {
+        const int w = choose_width(level);
+        if (w == 0) break;
+        if (w < (int)beam.size()) {  // the w best of the beam (it is in value order)
+            beam.resize(w), beam_vals.resize(w), beam_slot.resize(w);
+            nb_out -= out->beam_len[n_beams - 1] - w;
+            out->beam_len[n_beams - 1] = w;
+        }
+        const int s0 = used;
+        tree.assign((size_t)w * (s0 + w), 0);
+        for (int j = 0; j < w; ++j) {
+            const int node = beam[j], ps = beam_slot[j], pos = in->base_pos + out->depths[node];
+            if (pos < 0 || pos >= in->rope_rows) return -2;
+            toks[j] = out->tokens[node];
+            std::memcpy(cs.data() + (size_t)j * hd, in->cos + (size_t)pos * hd, sizeof(float) * hd);
+            std::memcpy(sn.data() + (size_t)j * hd, in->sin + (size_t)pos * hd, sizeof(float) * hd);
+            uint8_t* a = anc.data() + (size_t)(s0 + j) * max_slots;
+            if (ps >= 0) std::memcpy(a, anc.data() + (size_t)ps * max_slots, s0);
+            a[s0 + j] = 1;
+            std::memcpy(tree.data() + (size_t)j * (s0 + w), a, s0 + w);
+        }
+        const auto t_step = std::chrono::steady_clock::now();
+        const int rc = qf_draft(m, toks.data(), beam_g.data(), D, w, cs.data(), sn.data(), in->kc, in->vc, in->cap,
+                                in->committed, in->committed + s0, tree.data(), g.data(), lp.data(), QT_TOPK,
+                                top_v.data(), top_i.data(), in->threads);
+        head_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+        if (rc != 0) return rc;
+        used += w, ++calls;
+        const int kc = std::min(k, V), first = n, depth = out->depths[beam[0]] + 1;
+        for (int r = 0; r < w; ++r)
+            for (int j = 0; j < kc; ++j) {
+                const float cv = top_v[(size_t)r * QT_TOPK + j];
+                add(top_i[(size_t)r * QT_TOPK + j], beam[r], depth, j, cv, beam_vals[r] + cv, level);
+            }
+        if (level == in->depth) break;
+        // the next beam: the level's top_k children by value (ties: the earlier), parents' outputs
+        const int nc = w * kc, nsel = std::min(k, nc);
+        rows.resize(nc);
+        for (int i = 0; i < nc; ++i) rows[i] = i;
+        std::stable_sort(rows.begin(), rows.end(),
+                         [&](int a, int b) { return out->values[first + a] > out->values[first + b]; });
+        std::vector<float> next_g((size_t)nsel * D);
+        beam.resize(nsel), beam_vals.resize(nsel), beam_slot.resize(nsel);
+        for (int i = 0; i < nsel; ++i) {
+            const int c = rows[i], r = c / kc;
+            beam[i] = first + c, beam_vals[i] = out->values[first + c], beam_slot[i] = s0 + r;
+            std::memcpy(next_g.data() + (size_t)i * D, g.data() + (size_t)r * D, sizeof(float) * D);
+        }
+        beam_g.swap(next_g);
+        push_beam();
+    }
+    out->n = n, out->n_beams = n_beams, out->draft_calls = calls, out->head_s = head_s;
+    int keep_n = in->total_tokens;
+    out->best_n = keep_n, out->expected = 1.0;
+    if (in->budget) {  // AutoBudgetPolicy.keep: the N of the best rate (explored around)
+        const double t = now();
+        if (width) prices.observe(width, t - level_t0);
+        double rate;
+        const int best_n = qt::best_rate(pool_desc(), t, in->tn, in->total_tokens, &rate);
+        keep_n = in->explore == 1 ? std::min({in->total_tokens, n, std::max(2, 2 * best_n)})
+                 : in->explore == 2 ? std::max(1, best_n / 2) : best_n;
+        out->best_n = best_n, out->expected = rate * (t + in->tn[best_n - 1]);
+    }
+    qt::rerank(n, out->values, out->depths, out->parents, keep_n, out->kept);
+    out->n_verify = qt::layout(n, out->kept, out->depths, out->parents, out->order, out->parent_pos, out->mask,
+                               out->cap_verify);
+    return out->n_verify < 0 ? -3 : 0;
+}
+
+// qt::best_width on given values (the tests hold it to auto.best_rates): pool [n_pool] best first,
+// beam [nb] (probabilities), rank_prob [k], prices [n_prices] by width (NaN: none), tn [max_n].
+int qf_best_width(const double* pool, int n_pool, const double* beam, int nb, const double* rank_prob, int k,
+                  double spent, double* prices, int n_prices, double call_guess, const double* tn, int max_n) {
+    const qt::Prices p{prices, n_prices, 0.0};
+    return qt::best_width(std::vector<double>(pool, pool + n_pool), beam, nb, rank_prob, k, spent, p, call_guess, tn,
+                          max_n);
+}
+
+// A row's argmax by the kernel (ref 0) or its reference (ref 1): what the tests compare.
+int64_t qf_argmax(const float* x, int n, int ref) { return ref ? argmax_row_ref(x, n) : argmax_row(x, n); }
+
+// The accepted nodes' K/V kept in a cache of `planes` planes [cap, row_bytes] (qt::commit_rows).
+// Returns -1 for slots out of order or outside the cache.
+int qf_commit(void* k, void* v, int64_t planes, int cap, int row_bytes, int length, const int64_t* slots, int n) {
+    for (int i = 0; i < n; ++i)
+        if (slots[i] < length + i || slots[i] >= cap || (i && slots[i] <= slots[i - 1])) return -1;
+    qt::commit_rows((uint8_t*)k, planes, cap, row_bytes, length, slots, n);
+    qt::commit_rows((uint8_t*)v, planes, cap, row_bytes, length, slots, n);
     return 0;
 }
 

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..errors import UserError
@@ -29,7 +30,7 @@ from .llama import KVCache, LlamaModel, rope_covering
 QK = 32            # values per block
 Q4_1, Q8_0 = 0, 1  # qforward.cpp's QMat.type
 SOURCE = Path(__file__).with_name("qforward.cpp")
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h"))
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h", "qtree.h"))
 NAME = "eagle2_qforward"
 PRECISION = "q4_1"
 
@@ -240,7 +241,28 @@ class _CDraft(ctypes.Structure):
                 ("vocab", _i32), ("pad_", _i32)]
 
 
-_int, _dbl = ctypes.c_int, ctypes.c_double
+_dbl = ctypes.c_double
+
+
+class _CTreeIn(ctypes.Structure):
+    _fields_ = [("root", ctypes.c_int64), ("root_g", _ptr_t), ("root_vals", _ptr_t), ("root_ids", _ptr_t),
+                ("n_root", _i32), ("top_k", _i32), ("depth", _i32), ("total_tokens", _i32),
+                ("committed", _i32), ("base_pos", _i32), ("cap", _i32), ("rope_rows", _i32),
+                ("kc", _ptr_t), ("vc", _ptr_t), ("cos", _ptr_t), ("sin", _ptr_t),
+                ("budget", _i32), ("explore_depth", _i32), ("explore", _i32), ("max_width", _i32),
+                ("spent0", _dbl), ("call_guess", _dbl), ("decay", _dbl),
+                ("tn", _ptr_t), ("rank_prob", _ptr_t), ("prices", _ptr_t), ("threads", _i32), ("pad_", _i32)]
+
+
+class _CTreeOut(ctypes.Structure):
+    _fields_ = [("cap_nodes", _i32), ("cap_verify", _i32), ("tokens", _ptr_t), ("parents", _ptr_t),
+                ("depths", _ptr_t), ("ranks", _ptr_t), ("logp", _ptr_t), ("values", _ptr_t), ("levels", _ptr_t),
+                ("kept", _ptr_t), ("beam", _ptr_t), ("beam_len", _ptr_t), ("order", _ptr_t), ("parent_pos", _ptr_t),
+                ("mask", _ptr_t), ("n", _i32), ("n_beams", _i32), ("draft_calls", _i32), ("n_verify", _i32),
+                ("best_n", _i32), ("pad_", _i32), ("expected", _dbl), ("head_s", _dbl)]
+
+
+_int = ctypes.c_int
 _MAT, _MODEL, _DRAFT = ctypes.POINTER(_CMat), ctypes.POINTER(_CModel), ctypes.POINTER(_CDraft)
 # Every exported function's arguments and result (pointers to tensors' data as c_void_p).
 SIGNATURES = {
@@ -257,11 +279,16 @@ SIGNATURES = {
     "qf_fma_peak": ([_int], _dbl),
     "qf_read_gbs": ([ctypes.c_int64, _int, _int], _dbl),
     "qf_forward": ([_MODEL, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t,
-                    _ptr_t, _int, _ptr_t, _ptr_t, _int, _ptr_t], _int),
+                    _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _int, _ptr_t], _int),
     "qf_draft": ([_DRAFT, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t,
                   _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int], _int),
+    "qf_draft_tree": ([_DRAFT, ctypes.POINTER(_CTreeIn), ctypes.POINTER(_CTreeOut)], _int),
+    "qf_commit": ([_ptr_t, _ptr_t, ctypes.c_int64, _int, _int, _int, _ptr_t, _int], _int),
+    "qf_argmax": ([_ptr_t, _int, _int], ctypes.c_int64),
+    "qf_best_width": ([_ptr_t, _int, _ptr_t, _int, _ptr_t, _int, _dbl, _ptr_t, _int, _dbl, _ptr_t, _int], _int),
 }
-_MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHead3, "QDraft": _CDraft}
+_MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHead3, "QDraft": _CDraft,
+             "QTreeIn": _CTreeIn, "QTreeOut": _CTreeOut}
 
 
 def layout_problem(lib: ctypes.CDLL) -> str | None:
@@ -332,6 +359,23 @@ def _cmat(m: QMatrix, keep: list) -> _CMat:
 MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
 
 
+class KernelCache(KVCache):
+    """The kernels' KV cache (fp16): a cycle's accepted rows are kept in one C call (qf_commit)."""
+
+    def __init__(self, lib: ctypes.CDLL, *args):
+        super().__init__(*args)
+        self.lib = lib
+
+    def commit(self, slots) -> None:
+        slots = torch.as_tensor(slots, dtype=torch.int64).contiguous()
+        k = self.k
+        planes = k.shape[0] * k.shape[1] * k.shape[2]
+        if self.lib.qf_commit(k.data_ptr(), self.v.data_ptr(), planes, self.max_len, k.shape[-1] * k.element_size(),
+                              self.length, slots.data_ptr(), slots.numel()) != 0:
+            raise RuntimeError(f"commit: slots {slots.tolist()} are not ascending past {self.length} in the cache")
+        self.length += slots.numel()
+
+
 class KernelTarget:
     """forward.TargetForward in qforward.cpp: the target's matrices in their blocks (`layers`: per
     layer a dict of MATRICES; `lm_head`; `embed`, the token embedding's blocks, which the kernels
@@ -368,7 +412,7 @@ class KernelTarget:
         self._c_model = _CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
                                 a.norm_eps, a.vocab_size, c_layers, _owned(final_norm, keep), c_lm, self.c_embed)
         self._taps = (ctypes.c_int32 * max(1, len(self.aux_layers)))(*self.aux_layers)
-        self._cos = self._sin = None
+        self._rope = (None, None)
         self.rope(2048)
 
     @property
@@ -390,14 +434,16 @@ class KernelTarget:
         return f"q4_1 forward (integer kernels, {self.isa})"
 
     def rope(self, n: int):
-        """cos/sin tables covering positions < n (grown on demand, shared read-only)."""
-        self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, n, torch.empty(0))
-        return self._cos, self._sin
+        """cos/sin tables covering positions < n (grown on demand, shared read-only). One attribute
+        holds both: a call reads the pair once and holds it for its length, so a table that another
+        session's cache grows is never freed under it, nor paired with the other's older table."""
+        self._rope = rope_covering(self._rope, self.args, n, torch.empty(0))
+        return self._rope
 
     def new_cache(self, max_len: int) -> KVCache:
         self.rope(max_len + 1)
         a = self.args
-        return KVCache(a.n_layers, a.n_kv_heads, max_len, a.head_dim, torch.float16, self.device)
+        return KernelCache(self.lib, a.n_layers, a.n_kv_heads, max_len, a.head_dim, torch.float16, self.device)
 
     def streamed_bytes(self) -> int:
         return self._streamed
@@ -411,13 +457,14 @@ class KernelTarget:
         return (feats if taps is None else taps), self.logits(feats[-1:])[0]
 
     @torch.no_grad()
-    def verify(self, cache: KVCache, tokens, positions, tree_mask=None, clock=None, prof: torch.Tensor | None = None):
-        """forward.TargetForward.verify as one call of the kernels: the forward and every row's
-        logits (`prof`: see _call)."""
+    def verify(self, cache: KVCache, tokens, positions, tree_mask=None, clock=None, best: torch.Tensor | None = None,
+               prof: torch.Tensor | None = None):
+        """forward.TargetForward.verify as one call of the kernels: the forward, every row's logits
+        and, into `best` [N] (int64), each row's argmax (`prof`: see _call)."""
         if clock is not None:
             clock.lap("verify_inputs")
         logits = torch.empty(tokens.numel(), self.args.vocab_size)
-        feats, taps = self._call(cache, tokens, positions, tree_mask, bool(self.aux_layers), logits, prof)
+        feats, taps = self._call(cache, tokens, positions, tree_mask, bool(self.aux_layers), logits, prof, best)
         return (feats if taps is None else taps), logits
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -426,11 +473,12 @@ class KernelTarget:
         return y.reshape(*features.shape[:-1], -1)
 
     def _call(self, cache: KVCache, tokens, positions, tree_mask, with_taps: bool, logits: torch.Tensor | None,
-              prof: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+              prof: torch.Tensor | None = None, best: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One qf_forward of T new tokens after the committed cache, `tree_mask` [T, T] (None:
         causal): (post-norm features [T, D], the states entering `aux_layers` side by side [T,
         len * D] or None); with `logits` [T, vocab], the LM head of every row too; with `prof`
-        [threads, len(OPS)] (float64), each thread's seconds per op added to it."""
+        [threads, len(OPS)] (float64), each thread's seconds per op added to it; with `best` [T]
+        (int64, and logits), each row's argmax."""
         if tokens.device.type != "cpu":
             raise UserError("The q4_1 forward runs on the CPU; use --dtype float32 or bfloat16 on a GPU.")
         start, T, D = cache.length, tokens.numel(), self.args.dim
@@ -439,12 +487,16 @@ class KernelTarget:
         toks = tokens.reshape(T).to(torch.int64)
         pos = positions.reshape(T).to(torch.int64)
         visible = None if tree_mask is None or T == 1 else tree_mask.reshape(T, T).to(torch.uint8).contiguous()
+        if best is not None and (logits is None or best.dtype != torch.int64 or best.numel() != T
+                                 or not best.is_contiguous()):
+            raise ValueError(f"best must be a contiguous int64 tensor of {T} entries beside the logits")
         x = torch.empty(T, D)
         taps = torch.empty(T, len(self.aux_layers) * D) if with_taps else None
-        rc = self.lib.qf_forward(ctypes.byref(self._c_model), toks.data_ptr(), x.data_ptr(), T, self._cos.data_ptr(),
-                                 self._sin.data_ptr(), self._cos.shape[0], cache.k.data_ptr(), cache.v.data_ptr(),
-                                 cache.max_len, start, pos.data_ptr(), _ptr(visible), self._taps,
-                                 len(self.aux_layers) if with_taps else 0, _ptr(taps), _ptr(logits),
+        cos, sin = self._rope   # held for the call: another session may grow the tables meanwhile
+        rc = self.lib.qf_forward(ctypes.byref(self._c_model), toks.data_ptr(), x.data_ptr(), T, cos.data_ptr(),
+                                 sin.data_ptr(), min(cos.shape[0], sin.shape[0]), cache.k.data_ptr(),
+                                 cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(), _ptr(visible), self._taps,
+                                 len(self.aux_layers) if with_taps else 0, _ptr(taps), _ptr(logits), _ptr(best),
                                  torch.get_num_threads(), _ptr(prof))
         if rc == -2:
             raise UserError("A token id or a position outside the model's vocabulary or its RoPE tables.")
@@ -486,7 +538,10 @@ class KernelDraft:
     Q8_0: one call (fc, the layer, the final norm, the draft LM head, log-softmax and each row's
     top k) instead of some sixty small torch operations. Built from the head module, which it does
     not keep; the token embedding is the target's blocks (a head with its own embedding: that,
-    in Q8_0). Its cache is fp16, like the target's."""
+    in Q8_0). Its cache is fp16, like the target's. It drafts a whole EAGLE-2 tree in one call
+    too (`draft_tree`)."""
+
+    drafts_trees = True
 
     def __init__(self, head, target: KernelTarget):
         m, a = head.midlayer, head.args
@@ -506,7 +561,7 @@ class KernelDraft:
         self.vocab = head.lm_weight.shape[0]
         self.c = _CDraft(layer, _cmat(fc, self._keep), embed, _owned(head.norm.weight, self._keep),
                          _cmat(quantise_q8_0(head.lm_weight), self._keep), _ptr(ids), a.vocab_size, 0)
-        self._cos = self._sin = None
+        self._rope = (None, None)
         self.description = "draft step in Q8_0 on the same kernels"
 
     @staticmethod
@@ -515,7 +570,7 @@ class KernelDraft:
                 and shape_problem(head.args) is None and head.fc.weight.shape[1] % QK == 0)
 
     def new_cache(self, max_len: int) -> KVCache:
-        self._cos, self._sin = rope_covering((self._cos, self._sin), self.args, max_len + 1, torch.empty(0))
+        self._rope = rope_covering(self._rope, self.args, max_len + 1, torch.empty(0))
         a = self.args
         return KVCache(1, a.n_kv_heads, max_len, a.head_dim, torch.float16, torch.device("cpu"))
 
@@ -529,7 +584,8 @@ class KernelDraft:
             raise RuntimeError("draft cache full")
         feats = features.float().contiguous()
         toks = tokens.to(torch.int64).contiguous()
-        cos, sin = self._cos[positions].contiguous(), self._sin[positions].contiguous()
+        cos, sin = self._rope
+        cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
         k = min(k, self.vocab)
         g, logp = torch.empty(T, self.args.dim), torch.empty(T, self.vocab)
@@ -544,6 +600,68 @@ class KernelDraft:
             raise UserError("The draft head was given a token outside its vocabulary or features of a width it "
                             "does not read.")
         return g, logp, top
+
+
+    # the pool's columns and the verification's layout as qf_draft_tree fills them (QTreeOut)
+    TREE_COLUMNS = {"tokens": np.int64, "parents": np.int32, "depths": np.int32, "ranks": np.int32,
+                    "logp": np.float32, "values": np.float32, "levels": np.int32, "kept": np.uint8,
+                    "beam": np.int32}
+    VERIFY_COLUMNS = {"order": np.int32, "parent_pos": np.int32}
+
+    @classmethod
+    def tree_arrays(cls, top_k: int, depth: int, total_tokens: int) -> dict[str, np.ndarray]:
+        """Empty arrays for one qf_draft_tree call of this shape (the caller keeps them: the tree)."""
+        nodes = 1 + top_k + depth * top_k * top_k
+        verify = min(total_tokens, nodes)
+        out = {k: np.empty(nodes, dt) for k, dt in cls.TREE_COLUMNS.items()}
+        out.update({k: np.empty(verify, dt) for k, dt in cls.VERIFY_COLUMNS.items()})
+        out["beam_len"] = np.empty(depth + 1, np.int32)
+        out["mask"] = np.empty(verify * verify, np.uint8)
+        return out
+
+    @torch.no_grad()
+    def draft_tree(self, cache: KVCache, root: int, root_g: torch.Tensor, root_top: tuple, base_pos: int,
+                   top_k: int, depth: int, total_tokens: int, out: dict[str, np.ndarray],
+                   budget: dict | None = None) -> dict:
+        """A whole cycle's draft tree in one call (qf_draft_tree: EAGLE-2's levels, the budget's
+        choices, the rerank and the verification's layout) into `out` (tree_arrays). The root's
+        reading: its feature `root_g` [D] and its best children `root_top` (log-probs, target ids),
+        best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data: mode (1
+        width and N, 2 N only), tn [total_tokens] and rank_prob [top_k] (float64), prices [w + 1]
+        (float64, NaN unseen: updated in place), spent0, call_guess, decay, explore_depth, explore.
+        Returns the counts (n, n_beams, draft_calls, n_verify, best_n, expected) and head_s, the
+        seconds its draft-head steps took."""
+        cos, sin = self._rope
+        if base_pos + depth >= min(cos.shape[0], sin.shape[0]) or cache.length + depth * top_k > cache.max_len:
+            raise RuntimeError("draft cache full")
+        g = root_g.float().contiguous()
+        vals = root_top[0].float().contiguous()
+        ids = root_top[1].to(torch.int64).contiguous()
+        b = budget or {}
+        f64 = lambda name, n: np.ascontiguousarray(b[name], dtype=np.float64) if budget else np.zeros(n)  # noqa: E731
+        tn, ranks = f64("tn", total_tokens), f64("rank_prob", top_k)
+        prices = b["prices"] if budget else np.full(2, np.nan)
+        if len(tn) < total_tokens or len(ranks) < top_k or prices.dtype != np.float64 or not prices.flags.c_contiguous:
+            raise ValueError("the budget's tables are shorter than the tree's shape or not float64")
+        cin = _CTreeIn(root, g.data_ptr(), vals.data_ptr(), ids.data_ptr(), vals.numel(), top_k, depth, total_tokens,
+                       cache.length, base_pos, cache.max_len, min(cos.shape[0], sin.shape[0]),
+                       cache.k.data_ptr(), cache.v.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                       int(b.get("mode", 0)), int(b.get("explore_depth", 0)), int(b.get("explore", 0)),
+                       len(prices) - 1, float(b.get("spent0", 0.0)), float(b.get("call_guess", 0.0)),
+                       float(b.get("decay", 0.0)), tn.ctypes.data, ranks.ctypes.data, prices.ctypes.data,
+                       torch.get_num_threads(), 0)
+        cout = _CTreeOut(len(out["tokens"]), len(out["order"]), *(out[k].ctypes.data for k in (
+            "tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "beam", "beam_len", "order",
+            "parent_pos", "mask")), 0, 0, 0, 0, 0, 0, 0.0, 0.0)
+        rc = self.lib.qf_draft_tree(ctypes.byref(self.c), ctypes.byref(cin), ctypes.byref(cout))
+        if rc == -1:
+            raise RuntimeError("draft cache full")
+        if rc == -3:
+            raise ValueError(f"qf_draft_tree: a tree of top_k {top_k}, depth {depth}, {total_tokens} tokens does "
+                             f"not fit its arrays (top_k at most 16)")
+        if rc != 0:
+            raise UserError("The draft head was given a token outside its vocabulary.")
+        return {k: getattr(cout, k) for k in ("n", "n_beams", "draft_calls", "n_verify", "best_n", "expected", "head_s")}
 
 
 # ------------------------------------------------------------------ building one

@@ -283,29 +283,32 @@ class LiveVerifyTimes:
         self.prior = VerifyTimes(prior)
         self.window = window
         self.live: dict[int, deque] = {}
+        self._median: dict[int, float] = {}    # each observed N's median, kept as it changes
         self.observed = 0
         self._now: VerifyTimes | None = None   # estimates() as a table, rebuilt after an observation
+        self._table: np.ndarray | None = None  # t(1..n) read from it, the budget's once a cycle
 
     def observe(self, n: int, seconds: float) -> None:
         if n < 1 or not seconds > 0:
             return
-        self.live.setdefault(int(n), deque(maxlen=self.window)).append(float(seconds))
+        d = self.live.setdefault(int(n), deque(maxlen=self.window))
+        d.append(float(seconds))
+        self._median[int(n)] = statistics.median(d)
         self.observed += 1
-        self._now = None
+        self._now = self._table = None
 
     def estimates(self) -> dict[int, float]:
         prior = self.prior.points
-        live = {n: statistics.median(d) for n, d in self.live.items() if d}
-        if not live:
+        if not self._median:
             return prior
-        observed = np.array(sorted(live), dtype=np.float64)
+        observed = np.array(sorted(self._median), dtype=np.float64)
+        live = np.array([self._median[int(n)] for n in observed])
         # each prior point scaled by live/prior at the nearest observed N below it (none: as it is)
-        scale = np.array([live[int(n)] for n in observed]) / np.asarray(self.prior.t(observed))
-        ns = np.array(list(prior), dtype=np.float64)
-        below = np.searchsorted(observed, ns) - 1
-        scaled = np.array(list(prior.values())) * np.where(below >= 0, scale[np.maximum(below, 0)], 1.0)
-        out = {int(n): float(v) for n, v in zip(ns, scaled)}
-        out.update(live)
+        scale = live / np.asarray(self.prior.t(observed))
+        below = np.searchsorted(observed, self.prior.ns) - 1
+        scaled = self.prior.ts * np.where(below >= 0, scale[np.maximum(below, 0)], 1.0)
+        out = {int(n): float(v) for n, v in zip(self.prior.ns, scaled)}
+        out.update(self._median)
         return dict(sorted(out.items()))
 
     def t(self, n):
@@ -313,3 +316,20 @@ class LiveVerifyTimes:
         if self._now is None:
             self._now = VerifyTimes(self.estimates())
         return self._now.t(n)
+
+    def table(self, max_n: int) -> np.ndarray:
+        """t(N) for N = 1..max_n as one float64 array (what the budget reads once a cycle): t's
+        values, computed from the arrays without the dict that estimates() builds."""
+        if self._table is None or len(self._table) < max_n:
+            ns, ts = self.prior.ns, self.prior.ts
+            if self._median:
+                observed = np.fromiter(sorted(self._median), np.float64, len(self._median))
+                live = np.fromiter((self._median[int(n)] for n in observed), np.float64, len(observed))
+                below = np.searchsorted(observed, ns) - 1
+                scaled = ts * np.where(below >= 0, (live / np.asarray(self.prior.t(observed)))[np.maximum(below, 0)], 1.0)
+                unobserved = ~np.isin(ns, observed)
+                ns, ts = np.concatenate([ns[unobserved], observed]), np.concatenate([scaled[unobserved], live])
+                order = np.argsort(ns, kind="stable")
+                ns, ts = ns[order], ts[order]
+            self._table = VerifyTimes.at(ns, ts, np.arange(1, max_n + 1, dtype=np.float64))
+        return self._table[:max_n]

@@ -36,8 +36,7 @@ class VerifyTimes:
         ns = sorted(pts)
         self.ns = np.array(ns, dtype=np.float64)
         self.ts = np.array([pts[n] for n in ns], dtype=np.float64)
-        self._slope = (max(0.0, float((self.ts[-1] - self.ts[-2]) / (self.ns[-1] - self.ns[-2])))
-                       if len(ns) > 1 else 0.0)
+        self._slope = self.slope_of(self.ns, self.ts)
 
     @classmethod
     def read(cls, raw) -> VerifyTimes | None:
@@ -62,10 +61,23 @@ class VerifyTimes:
     def t(self, n):
         """t(n): a float for one n, an array for an array of them (the budget reads every N of a
         cycle in one call, inside the cycle's time)."""
-        y = np.interp(n, self.ns, self.ts)
-        if self._slope:
-            y = y + self._slope * np.maximum(0.0, np.asarray(n, dtype=np.float64) - self.ns[-1])
+        y = self.at(self.ns, self.ts, n, self._slope)
         return float(y) if np.ndim(y) == 0 else y
+
+    @staticmethod
+    def slope_of(ns: np.ndarray, ts: np.ndarray) -> float:
+        """The last segment's slope, never falling (0 for a single point)."""
+        return max(0.0, float((ts[-1] - ts[-2]) / (ns[-1] - ns[-2]))) if len(ns) > 1 else 0.0
+
+    @staticmethod
+    def at(ns: np.ndarray, ts: np.ndarray, n, slope: float | None = None):
+        """The rule itself, on a table's arrays (N ascending): linear between points, the first
+        point's time below it, the last segment's slope (never falling) beyond the last."""
+        slope = VerifyTimes.slope_of(ns, ts) if slope is None else slope
+        y = np.interp(n, ns, ts)
+        if slope:
+            y = y + slope * np.maximum(0.0, np.asarray(n, dtype=np.float64) - ns[-1])
+        return y
 
     def __len__(self) -> int:
         return len(self.ns)

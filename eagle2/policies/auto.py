@@ -26,6 +26,7 @@ import numpy as np
 
 from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
+from ..phases import PhaseClock
 from ..model.measurer import request_measurement
 from ..model.timing import LiveVerifyTimes, prior_times
 from .eagle2 import Eagle2Policy
@@ -65,30 +66,46 @@ def best_rates(pool: np.ndarray, children: np.ndarray, widths: list[int], spent_
     return ((1.0 + cum) / (spent_s[:, None] + tn[None, :m])).max(axis=1)
 
 
+MAX_WIDTH = 64   # a beam is never wider than top_k's cap
+
+
 class CallPrices:
-    """A draft call's seconds by its width (rows), learnt from the calls made: a running mean per
-    width, read between widths linearly and beyond them flat; before any call, `fallback`."""
+    """A draft call's seconds by its width, learnt from the calls made: a running mean per width,
+    read between widths linearly and beyond them flat; before any call, `fallback`. One array by
+    width (NaN: not seen), which the kernels' drafting reads and updates in place as this does."""
 
     def __init__(self, decay: float = 0.2):
         self.decay = decay
-        self.by_width: dict[int, float] = {}
-        self._table = None   # (widths, seconds) sorted, for reading
+        self.seconds = np.full(MAX_WIDTH + 1, np.nan)
 
     def observe(self, width: int, seconds: float) -> None:
-        old = self.by_width.get(width)
-        self.by_width[width] = seconds if old is None else (1 - self.decay) * old + self.decay * seconds
-        self._table = None
+        old = self.seconds[width]
+        self.seconds[width] = seconds if np.isnan(old) else (1 - self.decay) * old + self.decay * seconds
 
     def price(self, width: int, fallback: float) -> float:
-        if not self.by_width:
+        seen = np.flatnonzero(~np.isnan(self.seconds))
+        if not len(seen):
             return fallback
-        if self._table is None:
-            ws = sorted(self.by_width)
-            self._table = (ws, [self.by_width[w] for w in ws])
-        return float(np.interp(width, *self._table))
+        return float(np.interp(width, seen, self.seconds[seen]))
 
     def mean(self) -> float:
-        return float(np.mean(list(self.by_width.values()))) if self.by_width else 0.0
+        seen = self.seconds[~np.isnan(self.seconds)]
+        return float(seen.mean()) if len(seen) else 0.0
+
+
+@dataclass
+class BudgetCycle:
+    """What the budget reads and keeps during one cycle's drafting, gone with it (the policy keeps
+    only what it learns across cycles)."""
+    clock: PhaseClock            # the cycle's (the decoder's time): prices and time spent read on it
+    t0: float                    # when the drafting started, on that clock
+    tn: np.ndarray               # t(N) for N = 1..total_tokens, read once a cycle
+    call_guess: float            # a call's price before any was measured: what the root's reading took
+    rank_prob: np.ndarray        # [top_k] a child's predicted draft probability by rank
+    explore_depth: bool          # one call at least below the root's children this cycle
+    explore: int                 # verify the best N (0), twice it (1) or half of it (2)
+    width: int = 0               # the width of the call in flight (0: none)
+    level_t0: float = 0.0        # when it was chosen
 
 
 @dataclass
@@ -153,99 +170,113 @@ class AutoBudgetPolicy(Eagle2Policy):
         if self.learn_costs:
             self.times.observe(n_verified, verify_s)
 
+    def native_budget(self) -> int | None:
+        if type(self) not in (AutoBudgetPolicy, AutoBudgetNPolicy):
+            return None
+        return 1 if self.adaptive_depth else 2
+
     @staticmethod
     def _pool_values(tree: DraftTree) -> np.ndarray:
         return np.exp(np.asarray(tree.values[1:], dtype=np.float64))
 
-    def expand_width(self, level, beam_values, tree) -> int:
-        now = self._clock.now()
-        if self._width:  # the call just made and its candidates: what a call of that width costs
-            self.prices.observe(self._width, now - self._level_t0)
-        self._level_t0, self._width = now, 0
-        if not self.adaptive_depth:
-            self._width = len(beam_values)
-            return self._width
-        spent = now - self._t0
-        beam = np.exp(beam_values.double().cpu().numpy())
-        ranks = self.rank_prob if self.rank_prob is not None else self._root_ranks
-        children = beam[:, None] * ranks[None, : self.top_k]   # each beam node's children, predicted
-        widths = [0] + sorted({min(w, len(beam)) for w in WIDTHS})
-        spent_s = np.array([spent] + [spent + self.prices.price(w, self._call_guess) for w in widths[1:]])
-        rates = best_rates(self._pool_values(tree), children, widths, spent_s, self._tn, self.total_tokens)
-        self._width = widths[int(np.argmax(rates))]  # the first of equal rates: the narrowest, or no call
-        if self._width == 0 and self._explore_depth and level == 1:
-            self._width = 1  # every EXPLORE_EVERY cycles one call at least: its price and ranks, re-measured
-        return self._width
-
-    def draft(self, runner, root):
+    def begin(self, runner) -> BudgetCycle:
         check(len(self.prior_times) >= 2, "The auto budget needs a measured t(N) at two N at least (prepare it).")
-        # the cycle's clock (the decoder's time): the prices and the time spent are read on it
-        self._clock = runner.clock
-        self._t0 = self._clock.now()
-        self._width, self._widths = 0, []
-        self._tn = np.asarray(self.times.t(np.arange(1, self.total_tokens + 1)), dtype=np.float64)
+        clock = runner.clock
+        t0 = clock.now()
         # before any call of its own, a call costs what the head took for the root's reading, and
         # a child of rank r is as likely as the root's own
-        self._call_guess = runner.root_seconds
-        root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().cpu().numpy())
-        self._root_ranks = np.pad(root_top, (0, self.top_k - len(root_top)))
-        self._explore_depth = self.learn_costs and self.stats["cycles"] % EXPLORE_EVERY == EXPLORE_EVERY // 4
-        try:
-            return super().draft(runner, root)
-        finally:
-            # the clock reads the decoder's time: a cycle's, never kept past it (a fork of this
-            # policy, the page's preview, copies what it learnt, not a decoder)
-            self._clock = None
+        if self.rank_prob is not None:
+            ranks = self.rank_prob
+        else:
+            root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().cpu().numpy())
+            ranks = np.pad(root_top, (0, self.top_k - len(root_top)))
+        k = self.stats["cycles"] % EXPLORE_EVERY
+        explore = 0 if not self.learn_costs else 1 if k == 1 else 2 if k == 1 + EXPLORE_EVERY // 2 else 0
+        return BudgetCycle(clock=clock, t0=t0, tn=self.times.table(self.total_tokens), call_guess=runner.root_seconds,
+                           rank_prob=ranks, explore_depth=self.learn_costs and k == EXPLORE_EVERY // 4,
+                           explore=explore)
 
-    def keep(self, tree: DraftTree) -> None:
-        now = self._clock.now()
-        if self._width:
-            self.prices.observe(self._width, now - self._level_t0)
-        spent = now - self._t0
-        calls = tree.draft_calls - 1  # levels expanded below the root's children (0: stopped at once)
-        widths = [len(b) for b in tree.beam[:calls]]
-        self._learn_ranks(tree)
-        best_n, rate = best_rate(self._pool_values(tree), spent, self._tn, self.total_tokens)
-        n = self._explore(best_n, len(tree.tokens))
+    def expand_width(self, level, beam_values, tree, cyc=None) -> int:
+        now = cyc.clock.now()
+        if cyc.width:  # the call just made and its candidates: what a call of that width costs
+            self.prices.observe(cyc.width, now - cyc.level_t0)
+        cyc.level_t0, cyc.width = now, 0
+        if not self.adaptive_depth:
+            cyc.width = len(beam_values)
+            return cyc.width
+        spent = now - cyc.t0
+        beam = np.exp(beam_values.double().cpu().numpy())
+        children = beam[:, None] * cyc.rank_prob[None, : self.top_k]   # each beam node's children, predicted
+        widths = [0] + sorted({min(w, len(beam)) for w in WIDTHS})
+        spent_s = np.array([spent] + [spent + self.prices.price(w, cyc.call_guess) for w in widths[1:]])
+        rates = best_rates(self._pool_values(tree), children, widths, spent_s, cyc.tn, self.total_tokens)
+        cyc.width = widths[int(np.argmax(rates))]  # the first of equal rates: the narrowest, or no call
+        if cyc.width == 0 and cyc.explore_depth and level == 1:
+            cyc.width = 1  # every EXPLORE_EVERY cycles one call at least: its price and ranks, re-measured
+        return cyc.width
+
+    def keep(self, tree: DraftTree, cyc=None) -> None:
+        now = cyc.clock.now()
+        if cyc.width:
+            self.prices.observe(cyc.width, now - cyc.level_t0)
+        spent = now - cyc.t0
+        best_n, rate = best_rate(self._pool_values(tree), spent, cyc.tn, self.total_tokens)
+        n = self._explore(best_n, len(tree.tokens), cyc.explore)
         self.rerank(tree, n)
-        # the expected tokens are the chosen rate times the cycle's time
-        tree.record = AutoRecord(n=n, levels=calls, expected_tokens=float(rate * (spent + self._tn[best_n - 1])),
-                                 best_n=best_n, widths=widths)
+        calls = tree.draft_calls - 1  # levels expanded below the root's children (0: stopped at once)
+        tree.record = self._learn(cyc, np.asarray(tree.logp), np.asarray(tree.ranks), np.asarray(tree.levels),
+                                  [len(b) for b in tree.beam[:calls]], n, best_n,
+                                  float(rate * (spent + cyc.tn[best_n - 1])), tree.draft_calls)
+
+    def draft_native(self, runner, root, cyc: BudgetCycle):
+        """The same rule in the kernels' one call: they read this cycle's tables and the prices,
+        and update the prices as expand_width and keep do."""
+        budget = dict(mode=self.native_budget(), tn=cyc.tn, rank_prob=cyc.rank_prob, prices=self.prices.seconds,
+                      spent0=cyc.clock.now() - cyc.t0, call_guess=cyc.call_guess, decay=self.prices.decay,
+                      explore_depth=cyc.explore_depth, explore=cyc.explore)
+        tree, r = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens, budget)
+        c, n, calls = tree.cols, tree.n, tree.draft_calls - 1
+        tree.record = self._learn(cyc, c["logp"][:n], c["ranks"][:n], c["levels"][:n], c["beam_len"][:calls].tolist(),
+                                  r["n_verify"], r["best_n"], r["expected"], tree.draft_calls)
+        return tree
+
+    def _explore(self, best_n: int, pool: int, explore: int) -> int:
+        """The N to verify this cycle: the best one, except every EXPLORE_EVERY cycles twice it
+        (and, half-way between, half of it), to re-measure sizes the budget would not choose."""
+        if explore == 1:
+            return min(self.total_tokens, pool, max(2, 2 * best_n))
+        if explore == 2:
+            return max(1, best_n // 2)
+        return best_n
+
+    def _learn(self, cyc: BudgetCycle, logp: np.ndarray, ranks: np.ndarray, levels: np.ndarray, widths: list[int],
+               n: int, best_n: int, expected: float, draft_calls: int) -> AutoRecord:
+        """What the cycle teaches (the ranks' probabilities) and reports (its record, the stats)."""
+        self._learn_ranks(cyc, logp, ranks, levels)
         st = self.stats
         st["explored"] += n != best_n
         st["cycles"] += 1
-        st["draft_calls"] += tree.draft_calls
+        st["draft_calls"] += draft_calls
+        calls = len(widths)
         st["levels"][str(calls)] = st["levels"].get(str(calls), 0) + 1
         st["n"][str(n)] = st["n"].get(str(n), 0) + 1
         for w in widths:
             st["widths"][str(w)] = st["widths"].get(str(w), 0) + 1
+        return AutoRecord(n=n, levels=calls, expected_tokens=expected, best_n=best_n, widths=widths)
 
-    def _explore(self, best_n: int, pool: int) -> int:
-        """The N to verify this cycle: the best one, except every EXPLORE_EVERY cycles twice it
-        (and, half-way between, half of it), to re-measure sizes the budget would not choose."""
-        k = self.stats["cycles"] % EXPLORE_EVERY
-        if not self.learn_costs:
-            return best_n
-        if k == 1:
-            return min(self.total_tokens, pool, max(2, 2 * best_n))
-        if k == 1 + EXPLORE_EVERY // 2:
-            return max(1, best_n // 2)
-        return best_n
-
-    def _learn_ranks(self, tree: DraftTree) -> None:
+    def _learn_ranks(self, cyc: BudgetCycle, logp: np.ndarray, ranks: np.ndarray, levels: np.ndarray) -> None:
         """Running mean draft probability of the rank-r child of an expanded node (levels >= 1)."""
         k = self.top_k
-        sums, counts = np.zeros(k), np.zeros(k)
-        for lp, r, lv in zip(tree.logp[1:], tree.ranks[1:], tree.levels[1:]):
-            if lv >= 1 and r < k:
-                sums[r] += np.exp(lp)
-                counts[r] += 1
-        if counts.sum() == 0:
+        sel = (levels >= 1) & (ranks < k)
+        if not sel.any():
             return
+        r = ranks[sel]
+        sums = np.bincount(r, weights=np.exp(logp[sel].astype(np.float64)), minlength=k)
+        counts = np.bincount(r, minlength=k)
         seen = counts > 0
         cur = np.where(seen, sums / np.maximum(counts, 1), 0.0)
         if self.rank_prob is None:
-            self.rank_prob = np.where(seen, cur, self._root_ranks)
+            self.rank_prob = np.where(seen, cur, cyc.rank_prob)
         else:
             self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
 

@@ -81,12 +81,13 @@ class TreePolicy:
         raise NotImplementedError
 
     def accept(self, tree: DraftTree, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
-               gen: torch.Generator) -> tuple[list[int], int]:
-        """The lossless rule (docs/algorithms.md §7): greedy, SpecInfer's rule for sampled
-        siblings, or the top-k rule for deterministic ones. Returns (accepted verify positions, bonus)."""
+               gen: torch.Generator, best: list[int] | None = None) -> tuple[list[int], int]:
+        """The lossless rule (docs/algorithms.md §7): greedy (on `best`, each row's argmax, when the
+        forward gave it), SpecInfer's rule for sampled siblings, or the top-k rule for
+        deterministic ones. Returns (accepted verify positions, bonus)."""
         toks = vb.tokens.tolist()
         if sp.greedy:
-            return V.greedy(toks, vb.children, logits)
+            return V.greedy(toks, vb.parent_pos, best if best is not None else logits.argmax(-1).tolist())
         if tree.sampled_drafts:
             return V.specinfer(toks, vb.children, logits, [tree.draft_dists.get(p) for p in vb.pool_idx], sp, gen)
         return V.topk_sampling(toks, vb.children, logits, sp, gen)

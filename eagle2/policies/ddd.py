@@ -96,8 +96,8 @@ class DDDPolicy(Eagle2Policy):
             dd.stopped_at = level
         return stop
 
-    def keep(self, tree: DraftTree) -> None:
-        super().keep(tree)
+    def keep(self, tree: DraftTree, cyc=None) -> None:
+        super().keep(tree, cyc)
         s = self.stats
         s["cycles"] += 1
         s["draft_calls"] += tree.draft_calls

@@ -2,23 +2,16 @@
 level by level, then rerank the whole pool by path value."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import torch
 
-from ..cycle.drafting import HeadRunner
-from ..cycle.tree import DraftTree, TreeRecord
+from ..cycle.drafting import DRAFT_TOPK, HeadRunner
+from ..cycle.tree import DraftTree, TreeRecord, log_mass
+from ..cycle.tree_arrays import TreeArrays
 from .base import TreeBuilder, TreePolicy, check_int
-
-
-def log_mass(values: torch.Tensor) -> float:
-    """log(sum(exp(values))) of a beam's few values, in Python (a torch call costs more than the sum)."""
-    v = values.tolist()
-    top = max(v)
-    return top + math.log(sum(math.exp(x - top) for x in v))
 
 
 @dataclass
@@ -39,7 +32,12 @@ class Eagle2Policy(TreePolicy):
         full depth (DDD overrides this)."""
         return False
 
-    def expand_width(self, level: int, beam_values: torch.Tensor, tree: DraftTree) -> int:
+    def begin(self, runner: HeadRunner):
+        """The cycle's own state that the hooks below read (the budget's clock and tables), made
+        when the cycle's drafting starts and gone with it; None: EAGLE-2 needs none."""
+        return None
+
+    def expand_width(self, level: int, beam_values: torch.Tensor, tree: DraftTree, cyc=None) -> int:
         """Called before draft call `level + 1` with the beam's values (best first): how many of the
         best beam nodes to expand, 0 ending the expansion. EAGLE-2 expands the whole beam unless
         stop_early says stop (the auto budget chooses the width from measured costs)."""
@@ -49,7 +47,26 @@ class Eagle2Policy(TreePolicy):
         """The policy's typed record for a new tree (variants that log their decisions)."""
         return None
 
-    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+    def native_budget(self) -> int | None:
+        """How the kernels' one-call drafting runs this policy (quantized.KernelDraft.draft_tree's
+        budget: 0 EAGLE-2 as it is), or None where only this file's loop does (a variant's hooks)."""
+        return 0 if type(self) is Eagle2Policy else None
+
+    def draft(self, runner: HeadRunner, root: int) -> DraftTree | TreeArrays:
+        """The tree, in one call of the kernels where the draft head runs there and this policy's
+        rule is theirs (the same tree: tests/test_native_cycle.py), else level by level below."""
+        cyc = self.begin(runner)
+        if runner.drafts_trees and self.top_k <= DRAFT_TOPK and self.native_budget() is not None:
+            return self.draft_native(runner, root, cyc)
+        return self.draft_levels(runner, root, cyc)
+
+    def draft_native(self, runner: HeadRunner, root: int, cyc) -> TreeArrays:
+        tree, _ = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens)
+        return tree
+
+    def draft_levels(self, runner: HeadRunner, root: int, cyc) -> DraftTree:
+        """EAGLE-2's loop in Python: a draft call per level, the hooks deciding (the reference
+        the kernels' drafting is tested against)."""
         k = self.top_k
         b = TreeBuilder(root)
         b.t.record = self.new_record()
@@ -60,15 +77,15 @@ class Eagle2Policy(TreePolicy):
         beam_g = runner.root_g.expand(kk, -1)
         beam_parent_slots = [-1] * kk
         b.t.beam.append(beam)
-        b.t.beam_mass.append(log_mass(beam_vals))
+        b.t.beam_mass.append(log_mass(beam_vals.tolist()))
         for level in range(1, self.depth + 1):
-            w = self.expand_width(level, beam_vals, b.t)
+            w = self.expand_width(level, beam_vals, b.t, cyc)
             if w == 0:
                 break
             if w < len(beam):  # the w best of the beam (it is in value order)
                 beam, beam_vals, beam_g, beam_parent_slots = beam[:w], beam_vals[:w], beam_g[:w], beam_parent_slots[:w]
                 b.t.beam[-1] = beam
-                b.t.beam_mass[-1] = log_mass(beam_vals)
+                b.t.beam_mass[-1] = log_mass(beam_vals.tolist())
             g, lp, slots = runner.run([b.t.tokens[i] for i in beam], beam_g, beam_parent_slots,
                                       [b.t.depths[i] for i in beam])
             cv, cid = runner.topk(lp, k)                       # [beam, k]
@@ -79,19 +96,21 @@ class Eagle2Policy(TreePolicy):
                         cv.flatten().tolist(), cand_vals.flatten().tolist(), level=level)
             if level == self.depth:
                 break
-            sel = cand_vals.flatten().topk(min(k, nb * kc)).indices  # global top-k across the level
+            # the level's top k by value, ties to the earlier (the kernels' order)
+            flat = cand_vals.flatten()
+            sel = torch.from_numpy(np.argsort(-flat.float().cpu().numpy(), kind="stable")[: min(k, nb * kc)]).to(flat.device)
             rows = sel // kc
             beam = [idx[j] for j in sel.tolist()]
             beam_vals = cand_vals.flatten()[sel]
             beam_g = g[rows]
             beam_parent_slots = [slots[r] for r in rows.tolist()]
             b.t.beam.append(beam)
-            b.t.beam_mass.append(log_mass(beam_vals))
+            b.t.beam_mass.append(log_mass(beam_vals.tolist()))
         b.t.draft_calls = runner.calls
-        self.keep(b.t)
+        self.keep(b.t, cyc)
         return b.t
 
-    def keep(self, t: DraftTree) -> None:
+    def keep(self, t: DraftTree, cyc=None) -> None:
         """Mark the nodes the target verifies (EAGLE-2: the best total_tokens - 1 of the pool)."""
         self.rerank(t, self.total_tokens)
 

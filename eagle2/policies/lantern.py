@@ -218,7 +218,7 @@ class LanternPolicy(StaticPolicy):
         self._nbrs = neighbours_for(bundle, self.k, self.metric)
 
     def accept(self, tree: DraftTree, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
-               gen: torch.Generator) -> tuple[list[int], int]:
+               gen: torch.Generator, best: list[int] | None = None) -> tuple[list[int], int]:
         """Relaxed acceptance (LOSSY unless exact); records, per visited position, what was moved
         (pool indices and token ids) in the tree's RelaxationRecord and adds it to self.stats."""
         rx = tree.record

@@ -1,0 +1,62 @@
+"""A draft tree as arrays: what the kernels' one-call drafting (quantized.KernelDraft.draft_tree)
+fills, one column per node property and the verification's layout beside them. The cycle reads
+it without a loop per node (the kept count, the layout for the target, the commit); the page's
+DraftTree, lists that the trace and the figures read, is made from it only when a trace records
+the cycle (`to_tree`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .layout import VerifyBatch
+from .tree import DraftTree, TreeRecord, log_mass
+
+
+@dataclass
+class TreeArrays:
+    cols: dict[str, np.ndarray]   # KernelDraft.tree_arrays' columns, the first n entries filled
+    n: int                        # nodes in the pool, the root included
+    n_beams: int                  # levels whose beam is recorded (the root's children's first)
+    draft_calls: int              # draft-head calls this cycle, the root's included
+    n_verify: int                 # nodes verified (kept), the root included
+    record: TreeRecord | None = None
+    sampled_drafts: bool = False  # the kernels' trees are deterministic (top-k): the top-k rule applies
+    draft_dists: dict = field(default_factory=dict)
+    _tree: DraftTree | None = field(default=None, repr=False)
+
+    @property
+    def n_kept(self) -> int:
+        return self.n_verify
+
+    @property
+    def root(self) -> int:
+        return int(self.cols["tokens"][0])
+
+    def layout(self, committed: int, device) -> VerifyBatch:
+        """cycle/layout.layout's batch, read from the arrays the kernels laid out."""
+        c, T = self.cols, self.n_verify
+        order = c["order"][:T]
+        return VerifyBatch(
+            pool_idx=order.tolist(),
+            tokens=torch.from_numpy(c["tokens"][order]).to(device),
+            positions=torch.from_numpy(committed + c["depths"][order].astype(np.int64)).to(device),
+            mask=torch.from_numpy(c["mask"][: T * T].reshape(T, T).astype(bool)).to(device),
+            parent_pos=c["parent_pos"][:T].tolist(), ranks=c["ranks"][order].tolist())
+
+    def to_tree(self) -> DraftTree:
+        """The tree as the trace and the page read it (made once)."""
+        if self._tree is None:
+            c, n = self.cols, self.n
+            ends = np.cumsum(c["beam_len"][: self.n_beams])
+            beams = [c["beam"][a:b].tolist() for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+            values = c["values"][:n].tolist()
+            self._tree = DraftTree(
+                tokens=c["tokens"][:n].tolist(), parents=c["parents"][:n].tolist(), depths=c["depths"][:n].tolist(),
+                ranks=c["ranks"][:n].tolist(), logp=c["logp"][:n].tolist(), values=values,
+                levels=c["levels"][:n].tolist(), kept=c["kept"][:n].astype(bool).tolist(), order=list(range(n)),
+                draft_calls=self.draft_calls, beam=beams,
+                beam_mass=[log_mass([values[i] for i in b]) for b in beams], record=self.record)
+        return self._tree

@@ -1,0 +1,202 @@
+"""A cycle's work around the forwards in the kernels (qtree.h, qf_draft_tree, qf_commit, the
+forward's argmax), held to the Python it replaces.
+
+1. The kernels' one-call drafting gives the tree the Python loop gives (policies/eagle2.py), node
+   for node: pool, beams, kept nodes and layout, for EAGLE-2 at several shapes and for the budget
+   choosing N; decoding with it stays identical to plain decoding.
+2. The budget's width rule in C (qt::best_width) picks what auto.best_rates picks.
+3. The pieces: each row's argmax (the kernel, its reference, torch), the commit of accepted K/V,
+   the budget's t(N) table read once a cycle.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from eagle2.cycle.layout import layout
+from eagle2.cycle.sampling import SamplingParams
+from eagle2.cycle.tree_arrays import TreeArrays
+from eagle2.decoding.decoder import Decoder
+from eagle2.model import quantized as Q
+from eagle2.model.llama import KVCache
+from eagle2.model.loading import load_bundle
+from eagle2.model.timing import LiveVerifyTimes
+from eagle2.policies.auto import WIDTHS, AutoBudgetNPolicy, CallPrices, best_rates
+
+pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
+
+PROMPTS = ([1, 2, 3], [5, 4], [9, 9, 9, 1], [7, 30, 2, 2, 11])
+
+
+@pytest.fixture(scope="module")
+def tiny_e3(tiny_target, tmp_path_factory):
+    """A tiny 4-layer Llama in q4_1 with a random EAGLE-3 head: the head's step, and the whole
+    tree, run in the kernels."""
+    from test_serving import random_eagle3_head
+    folder, _ = tiny_target("native-e3", layers=4)
+    head = random_eagle3_head(folder, tmp_path_factory.mktemp("native-e3-head"))
+    b = load_bundle(str(folder), head, dtype="q4_1")
+    assert isinstance(b.draft, Q.KernelDraft) and b.draft.drafts_trees
+    return b
+
+
+def _trees(bundle, policy, prompt, native: bool, monkeypatch, **kw):
+    monkeypatch.setattr(bundle.draft, "drafts_trees", native)
+    d = Decoder(bundle, policy, SamplingParams(), max_new_tokens=24, record=True, **kw)
+    d.start(input_ids=prompt)
+    d.generate()
+    return d.generated, [s.tree for s in d.trace.steps[1:]]
+
+
+# ------------------------------------------------------------------ 1. the tree, node for node
+@pytest.mark.parametrize("kw", [dict(), dict(total_tokens=8, depth=3, top_k=4), dict(total_tokens=30, depth=6, top_k=16),
+                                dict(total_tokens=5, depth=1, top_k=2), dict(total_tokens=12, depth=8, top_k=1)])
+def test_the_kernels_draft_the_tree_the_python_loop_drafts(tiny_e3, monkeypatch, kw):
+    for prompt in PROMPTS:
+        out_n, native = _trees(tiny_e3, "eagle2", prompt, True, monkeypatch, **kw)
+        out_p, python = _trees(tiny_e3, "eagle2", prompt, False, monkeypatch, **kw)
+        assert out_n == out_p and len(native) == len(python) > 0
+        for a, b in zip(native, python):
+            assert dataclasses.asdict(a) == dataclasses.asdict(b)
+
+
+def test_the_budget_choosing_n_drafts_the_same_tree_in_the_kernels(tiny_e3, monkeypatch):
+    """With t(N) flat the best N is every node up to the cap whatever the clock reads, so the
+    kernels' budget and the Python one must keep the same nodes and record the same choices."""
+    flat = {1: 0.01, 8: 0.01, 16: 0.01}
+    for prompt in PROMPTS[:2]:
+        runs = []
+        for native in (True, False):
+            pol = AutoBudgetNPolicy(prior_times=flat, learn_costs=False, depth=3, top_k=4)
+            runs.append(_trees(tiny_e3, pol, prompt, native, monkeypatch))
+        (out_n, native), (out_p, python) = runs
+        assert out_n == out_p
+        for a, b in zip(native, python):
+            ra, rb = a.record, b.record
+            assert (ra.n, ra.best_n, ra.levels, ra.widths) == (rb.n, rb.best_n, rb.levels, rb.widths) == (16, 16, 3, [4, 4, 4])
+            a.record = b.record = None
+            assert dataclasses.asdict(a) == dataclasses.asdict(b)
+
+
+@pytest.mark.parametrize("policy", ["eagle2", "eagle2-auto", "eagle2-auto-n"])
+def test_decoding_with_the_kernels_tree_is_plain_decoding(tiny_e3, policy):
+    for prompt in PROMPTS:
+        ref = Decoder(tiny_e3, "plain", SamplingParams(), max_new_tokens=30, record=False)
+        ref.start(input_ids=prompt)
+        ref.generate()
+        d = Decoder(tiny_e3, policy, SamplingParams(), max_new_tokens=30, record=False)
+        d.start(input_ids=prompt)
+        d.generate()
+        assert d.generated == ref.generated, f"{policy} departs from plain q4_1 on {prompt}"
+        assert d.draft_calls >= d.target_forwards   # the root's call each cycle, counted
+
+
+def test_the_arrays_lay_out_what_the_tree_lays_out(tiny_e3):
+    d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=8, record=False, total_tokens=9, depth=3, top_k=3)
+    d.start(input_ids=[3, 1, 4])
+    captured = []
+    real = type(d.policy).draft_native
+
+    def keep(self, runner, root, cyc):
+        captured.append(real(self, runner, root, cyc))
+        return captured[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(d.policy), "draft_native", keep)
+        d.step()
+    arrays = captured[0]
+    assert isinstance(arrays, TreeArrays) and arrays.n_kept == 9
+    a, b = layout(arrays, 17, "cpu"), layout(arrays.to_tree(), 17, "cpu")
+    for f in ("pool_idx", "parent_pos", "ranks", "children"):
+        assert getattr(a, f) == getattr(b, f), f
+    for f in ("tokens", "positions", "mask"):
+        assert torch.equal(getattr(a, f), getattr(b, f)), f
+
+
+def test_a_tree_too_big_for_the_kernels_is_drafted_in_python(tiny_e3):
+    d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=6, record=True, total_tokens=20, depth=2, top_k=20)
+    d.start(input_ids=[1, 2])
+    d.generate()
+    assert any(len(s.tree.tokens) > 1 + 16 for s in d.trace.steps[1:])   # top_k 20 > the kernels' 16: Python's
+
+
+# ------------------------------------------------------------------ 2. the budget's width rule
+def _python_width(pool, beam, ranks, spent, prices: CallPrices, guess, tn, max_n) -> int:
+    """AutoBudgetPolicy.expand_width's weighing, on given probabilities."""
+    children = beam[:, None] * ranks[None, :]
+    widths = [0] + sorted({min(w, len(beam)) for w in WIDTHS})
+    spent_s = np.array([spent] + [spent + prices.price(w, guess) for w in widths[1:]])
+    return widths[int(np.argmax(best_rates(pool, children, widths, spent_s, tn, max_n)))]
+
+
+def test_the_kernels_width_rule_is_the_budgets(tiny_e3):
+    lib = tiny_e3.forward.lib
+    rng = np.random.default_rng(5)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    chosen = set()
+    for case in range(300):
+        k, nb, max_n = int(rng.integers(1, 17)), int(rng.integers(1, 17)), int(rng.integers(2, 65))
+        pool = np.sort(rng.uniform(0, 1, int(rng.integers(1, 120))) ** 3)[::-1].copy()
+        beam = np.sort(rng.uniform(0, 1, nb) ** 2)[::-1].copy()
+        ranks = np.sort(rng.uniform(0, 0.6, k))[::-1].copy()
+        prices = CallPrices()
+        for w in rng.choice(np.arange(1, 17), int(rng.integers(0, 4)), replace=False):
+            prices.observe(int(w), float(rng.uniform(1e-4, 2e-3)))
+        tn = np.cumsum(rng.uniform(1e-4, 1e-3, max_n)) + 3e-3
+        spent, guess = float(rng.uniform(0, 2e-3)), float(rng.uniform(1e-4, 1e-3))
+        want = _python_width(pool, beam, ranks, spent, prices, guess, tn, max_n)
+        got = lib.qf_best_width(ptr(pool), len(pool), ptr(beam), nb, ptr(ranks), k, spent, ptr(prices.seconds),
+                                len(prices.seconds), guess, ptr(tn), max_n)
+        assert got == want, f"case {case}"
+        chosen.add(got)
+    assert len(chosen) >= 4   # the cases reach several widths, none among them
+
+
+# ------------------------------------------------------------------ 3. the pieces
+def test_each_rows_argmax_is_torchs(tiny_e3):
+    lib = tiny_e3.forward.lib
+    g = torch.Generator().manual_seed(1)
+    for n in (1, 7, 8, 9, 97, 49152):
+        for row in (torch.randn(n, generator=g), torch.randint(-3, 3, (n,), generator=g).float(),
+                    torch.full((n,), -float("inf"))):
+            want = int(row.argmax())
+            for ref in (0, 1):
+                assert lib.qf_argmax(row.data_ptr(), n, ref) == want, (n, ref)
+    f = tiny_e3.forward
+    cache = f.new_cache(16)
+    best = torch.empty(5, dtype=torch.long)
+    mask = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 0, 0, 1]]).bool()
+    _, logits = f.verify(cache, torch.tensor([5, 8, 13, 21, 34]), torch.tensor([0, 1, 1, 2, 1]), mask, best=best)
+    assert torch.equal(best, logits.argmax(-1))
+    with pytest.raises(ValueError, match="int64"):
+        f.verify(cache, torch.tensor([5, 8]), torch.tensor([0, 1]), best=torch.empty(2, dtype=torch.int32))
+
+
+def test_the_kernels_commit_keeps_the_rows_torch_keeps(tiny_e3):
+    g = torch.Generator().manual_seed(3)
+    for slots in ([10], [10, 11, 12], [10, 13, 15], [11, 14, 17, 19]):
+        ours = tiny_e3.forward.new_cache(24)
+        assert isinstance(ours, Q.KernelCache)
+        ref = KVCache(ours.k.shape[0], ours.k.shape[2], 24, ours.k.shape[-1], torch.float16, "cpu")
+        ours.k.copy_(torch.randn(ours.k.shape, generator=g))
+        ours.v.copy_(torch.randn(ours.v.shape, generator=g))
+        ref.k.copy_(ours.k)
+        ref.v.copy_(ours.v)
+        ours.length = ref.length = 10
+        ours.commit(torch.tensor(slots))
+        ref.commit(torch.tensor(slots))
+        assert ours.length == ref.length and torch.equal(ours.k, ref.k) and torch.equal(ours.v, ref.v)
+    with pytest.raises(RuntimeError, match="ascending"):
+        ours.commit(torch.tensor([ours.length + 2, ours.length + 1]))
+
+
+def test_the_budgets_table_is_t_at_every_n():
+    rng = np.random.default_rng(0)
+    live = LiveVerifyTimes({1: 0.004, 2: 0.0042, 4: 0.0045, 8: 0.006, 16: 0.009, 32: 0.015, 64: 0.03})
+    for _ in range(100):
+        live.observe(int(rng.integers(1, 70)), float(rng.uniform(0.003, 0.02)))
+        np.testing.assert_allclose(live.table(64), live.t(np.arange(1, 65)), rtol=0, atol=1e-15)
