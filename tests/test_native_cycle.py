@@ -194,9 +194,13 @@ def test_the_kernels_commit_keeps_the_rows_torch_keeps(tiny_e3):
         ours.commit(torch.tensor([ours.length + 2, ours.length + 1]))
 
 
-def test_the_budgets_table_is_t_at_every_n():
+@pytest.mark.parametrize("prior", [{1: 0.004, 2: 0.0042, 4: 0.0045, 8: 0.006, 16: 0.009, 32: 0.015, 64: 0.03},
+                                   {3: 0.01, 5: 0.02}, {1: 0.01, 8: 0.01, 16: 0.01}])
+def test_the_budgets_table_is_t_at_every_n(prior):
+    """LiveVerifyTimes.table, read off the points in plain Python, is its t() read with numpy."""
     rng = np.random.default_rng(0)
-    live = LiveVerifyTimes({1: 0.004, 2: 0.0042, 4: 0.0045, 8: 0.006, 16: 0.009, 32: 0.015, 64: 0.03})
-    for _ in range(100):
+    live = LiveVerifyTimes(prior)
+    np.testing.assert_allclose(live.table(64), live.t(np.arange(1, 65)), rtol=1e-12, atol=0)
+    for _ in range(200):
         live.observe(int(rng.integers(1, 70)), float(rng.uniform(0.003, 0.02)))
-        np.testing.assert_allclose(live.table(64), live.t(np.arange(1, 65)), rtol=0, atol=1e-15)
+        np.testing.assert_allclose(live.table(64), live.t(np.arange(1, 65)), rtol=1e-12, atol=0)

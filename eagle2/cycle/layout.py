@@ -23,6 +23,11 @@ class VerifyBatch:
     ranks: list[int]             # each node's rank among its siblings
 
     @cached_property
+    def token_list(self) -> list[int]:
+        """The tokens as Python ints (what the acceptance walks and the commit read)."""
+        return self.tokens.tolist()
+
+    @cached_property
     def children(self) -> list[list[int]]:
         """Verify positions of each node's children, in rank order (what the sampled and the
         lossy rules walk; the greedy rule reads parent_pos)."""

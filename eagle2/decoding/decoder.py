@@ -417,7 +417,8 @@ class Cycle:
 
     @property
     def path_tokens(self) -> list[int]:
-        return [int(self.vb.tokens[p]) for p in self.path_pos]
+        toks = self.vb.token_list
+        return [toks[p] for p in self.path_pos]
 
     @property
     def accepted_pool(self) -> list[int]:

@@ -96,6 +96,8 @@ struct QTreeOut {  // the pool (index 0: the root) and what verification reads, 
     int32_t* levels;
     uint8_t* kept;
     int32_t* beam;             // [cap_nodes] each level's beam nodes, one level after another
+    double* rank_sum;          // [top_k] the draft probabilities of the children of rank r below the
+    int32_t* rank_count;       // root's children, summed, and how many (what the budget learns from)
     int32_t* beam_len;         // [depth + 1] how many at each level
     int32_t* order;            // [cap_verify] verify position -> pool index
     int32_t* parent_pos;       // [cap_verify] the parent's verify position (-1: the root)
@@ -331,7 +333,8 @@ const char* qf_layout() {
         QF_AT(QDraft, vocab);
         QF_SIZE(QTreeIn), QF_AT(QTreeIn, committed), QF_AT(QTreeIn, kc), QF_AT(QTreeIn, budget);
         QF_AT(QTreeIn, spent0), QF_AT(QTreeIn, tn), QF_AT(QTreeIn, threads);
-        QF_SIZE(QTreeOut), QF_AT(QTreeOut, tokens), QF_AT(QTreeOut, beam), QF_AT(QTreeOut, n), QF_AT(QTreeOut, expected);
+        QF_SIZE(QTreeOut), QF_AT(QTreeOut, tokens), QF_AT(QTreeOut, beam), QF_AT(QTreeOut, rank_count);
+        QF_AT(QTreeOut, n), QF_AT(QTreeOut, expected);
 #undef QF_AT
 #undef QF_SIZE
         return o;
@@ -574,9 +577,11 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     if (k < 1 || k > QT_TOPK || in->depth < 0 || in->total_tokens < 1 || in->n_root < 0) return -3;
     const int kk = std::min(in->n_root, k);
     int n = 0;
+    for (int r = 0; r < k; ++r) out->rank_sum[r] = 0, out->rank_count[r] = 0;
     auto add = [&](int64_t tok, int parent, int depth, int rank, float lp, float val, int level) {
         out->tokens[n] = tok, out->parents[n] = parent, out->depths[n] = depth, out->ranks[n] = rank;
         out->logp[n] = lp, out->values[n] = val, out->levels[n] = level;
+        if (level >= 1 && rank < k) out->rank_sum[rank] += std::exp((double)lp), ++out->rank_count[rank];
         return n++;
     };
     if (1 + kk + (int64_t)in->depth * k * k > out->cap_nodes) return -3;

@@ -257,7 +257,8 @@ class _CTreeIn(ctypes.Structure):
 class _CTreeOut(ctypes.Structure):
     _fields_ = [("cap_nodes", _i32), ("cap_verify", _i32), ("tokens", _ptr_t), ("parents", _ptr_t),
                 ("depths", _ptr_t), ("ranks", _ptr_t), ("logp", _ptr_t), ("values", _ptr_t), ("levels", _ptr_t),
-                ("kept", _ptr_t), ("beam", _ptr_t), ("beam_len", _ptr_t), ("order", _ptr_t), ("parent_pos", _ptr_t),
+                ("kept", _ptr_t), ("beam", _ptr_t), ("rank_sum", _ptr_t), ("rank_count", _ptr_t), ("beam_len", _ptr_t),
+                ("order", _ptr_t), ("parent_pos", _ptr_t),
                 ("mask", _ptr_t), ("n", _i32), ("n_beams", _i32), ("draft_calls", _i32), ("n_verify", _i32),
                 ("best_n", _i32), ("pad_", _i32), ("expected", _dbl), ("head_s", _dbl)]
 
@@ -616,6 +617,7 @@ class KernelDraft:
         out = {k: np.empty(nodes, dt) for k, dt in cls.TREE_COLUMNS.items()}
         out.update({k: np.empty(verify, dt) for k, dt in cls.VERIFY_COLUMNS.items()})
         out["beam_len"] = np.empty(depth + 1, np.int32)
+        out["rank_sum"], out["rank_count"] = np.empty(top_k), np.empty(top_k, np.int32)
         out["mask"] = np.empty(verify * verify, np.uint8)
         return out
 
@@ -651,8 +653,8 @@ class KernelDraft:
                        float(b.get("decay", 0.0)), tn.ctypes.data, ranks.ctypes.data, prices.ctypes.data,
                        torch.get_num_threads(), 0)
         cout = _CTreeOut(len(out["tokens"]), len(out["order"]), *(out[k].ctypes.data for k in (
-            "tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "beam", "beam_len", "order",
-            "parent_pos", "mask")), 0, 0, 0, 0, 0, 0, 0.0, 0.0)
+            "tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "beam", "rank_sum", "rank_count",
+            "beam_len", "order", "parent_pos", "mask")), 0, 0, 0, 0, 0, 0, 0.0, 0.0)
         rc = self.lib.qf_draft_tree(ctypes.byref(self.c), ctypes.byref(cin), ctypes.byref(cout))
         if rc == -1:
             raise RuntimeError("draft cache full")

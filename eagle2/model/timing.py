@@ -13,6 +13,7 @@ inside its first Step). A table and its reading at any N: verify_times.py.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import statistics
@@ -287,6 +288,8 @@ class LiveVerifyTimes:
         self.observed = 0
         self._now: VerifyTimes | None = None   # estimates() as a table, rebuilt after an observation
         self._table: np.ndarray | None = None  # t(1..n) read from it, the budget's once a cycle
+        self._prior_ns, self._prior_ts = [int(n) for n in self.prior.ns], [float(t) for t in self.prior.ts]
+        self._prior_t: dict[int, float] = {}   # the prior read at observed N
 
     def observe(self, n: int, seconds: float) -> None:
         if n < 1 or not seconds > 0:
@@ -319,17 +322,34 @@ class LiveVerifyTimes:
 
     def table(self, max_n: int) -> np.ndarray:
         """t(N) for N = 1..max_n as one float64 array (what the budget reads once a cycle): t's
-        values, computed from the arrays without the dict that estimates() builds."""
+        values, read off the few points in plain Python. A cycle calls this right after a forward
+        has streamed the weights through the caches, where each numpy call costs tens of
+        microseconds (the arrays' way took 0.14 ms a cycle there, against 27 us in a warm loop)."""
         if self._table is None or len(self._table) < max_n:
-            ns, ts = self.prior.ns, self.prior.ts
-            if self._median:
-                observed = np.fromiter(sorted(self._median), np.float64, len(self._median))
-                live = np.fromiter((self._median[int(n)] for n in observed), np.float64, len(observed))
-                below = np.searchsorted(observed, ns) - 1
-                scaled = ts * np.where(below >= 0, (live / np.asarray(self.prior.t(observed)))[np.maximum(below, 0)], 1.0)
-                unobserved = ~np.isin(ns, observed)
-                ns, ts = np.concatenate([ns[unobserved], observed]), np.concatenate([scaled[unobserved], live])
-                order = np.argsort(ns, kind="stable")
-                ns, ts = ns[order], ts[order]
-            self._table = VerifyTimes.at(ns, ts, np.arange(1, max_n + 1, dtype=np.float64))
+            observed = sorted(self._median)
+            points = {}
+            for n, t in zip(self._prior_ns, self._prior_ts):   # scaled at the nearest observed N below
+                i = bisect.bisect_left(observed, n) - 1
+                points[n] = t * (self._median[observed[i]] / self._prior_at(observed[i]) if i >= 0 else 1.0)
+            points.update(self._median)
+            ns = sorted(points)
+            ts = [points[n] for n in ns]
+            slope = max(0.0, (ts[-1] - ts[-2]) / (ns[-1] - ns[-2])) if len(ns) > 1 else 0.0
+            out, j = [], 0
+            for n in range(1, max_n + 1):   # VerifyTimes.at's rule, point by point
+                while j + 1 < len(ns) and ns[j + 1] <= n:
+                    j += 1
+                if n <= ns[0]:
+                    out.append(ts[0])
+                elif j + 1 < len(ns):
+                    out.append(ts[j] + (ts[j + 1] - ts[j]) * (n - ns[j]) / (ns[j + 1] - ns[j]))
+                else:
+                    out.append(ts[-1] + slope * (n - ns[-1]))
+            self._table = np.array(out)
         return self._table[:max_n]
+
+    def _prior_at(self, n: int) -> float:
+        t = self._prior_t.get(n)
+        if t is None:
+            t = self._prior_t[n] = self.prior.t(n)
+        return t

@@ -224,7 +224,11 @@ class AutoBudgetPolicy(Eagle2Policy):
         n = self._explore(best_n, len(tree.tokens), cyc.explore)
         self.rerank(tree, n)
         calls = tree.draft_calls - 1  # levels expanded below the root's children (0: stopped at once)
-        tree.record = self._learn(cyc, np.asarray(tree.logp), np.asarray(tree.ranks), np.asarray(tree.levels),
+        ranks, levels = np.asarray(tree.ranks), np.asarray(tree.levels)
+        sel = (levels >= 1) & (ranks < self.top_k)   # the children of expanded nodes, by rank
+        sums = np.bincount(ranks[sel], weights=np.exp(np.asarray(tree.logp, dtype=np.float64)[sel]),
+                           minlength=self.top_k)
+        tree.record = self._learn(cyc, sums, np.bincount(ranks[sel], minlength=self.top_k),
                                   [len(b) for b in tree.beam[:calls]], n, best_n,
                                   float(rate * (spent + cyc.tn[best_n - 1])), tree.draft_calls)
 
@@ -235,8 +239,8 @@ class AutoBudgetPolicy(Eagle2Policy):
                       spent0=cyc.clock.now() - cyc.t0, call_guess=cyc.call_guess, decay=self.prices.decay,
                       explore_depth=cyc.explore_depth, explore=cyc.explore)
         tree, r = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens, budget)
-        c, n, calls = tree.cols, tree.n, tree.draft_calls - 1
-        tree.record = self._learn(cyc, c["logp"][:n], c["ranks"][:n], c["levels"][:n], c["beam_len"][:calls].tolist(),
+        c, calls = tree.cols, tree.draft_calls - 1
+        tree.record = self._learn(cyc, c["rank_sum"], c["rank_count"], c["beam_len"][:calls].tolist(),
                                   r["n_verify"], r["best_n"], r["expected"], tree.draft_calls)
         return tree
 
@@ -249,10 +253,11 @@ class AutoBudgetPolicy(Eagle2Policy):
             return max(1, best_n // 2)
         return best_n
 
-    def _learn(self, cyc: BudgetCycle, logp: np.ndarray, ranks: np.ndarray, levels: np.ndarray, widths: list[int],
+    def _learn(self, cyc: BudgetCycle, rank_sum: np.ndarray, rank_count: np.ndarray, widths: list[int],
                n: int, best_n: int, expected: float, draft_calls: int) -> AutoRecord:
-        """What the cycle teaches (the ranks' probabilities) and reports (its record, the stats)."""
-        self._learn_ranks(cyc, logp, ranks, levels)
+        """What the cycle teaches (the ranks' probabilities, from the draft probabilities of the
+        expanded nodes' children summed by rank) and reports (its record, the stats)."""
+        self._learn_ranks(cyc, rank_sum, rank_count)
         st = self.stats
         st["explored"] += n != best_n
         st["cycles"] += 1
@@ -264,16 +269,11 @@ class AutoBudgetPolicy(Eagle2Policy):
             st["widths"][str(w)] = st["widths"].get(str(w), 0) + 1
         return AutoRecord(n=n, levels=calls, expected_tokens=expected, best_n=best_n, widths=widths)
 
-    def _learn_ranks(self, cyc: BudgetCycle, logp: np.ndarray, ranks: np.ndarray, levels: np.ndarray) -> None:
+    def _learn_ranks(self, cyc: BudgetCycle, sums: np.ndarray, counts: np.ndarray) -> None:
         """Running mean draft probability of the rank-r child of an expanded node (levels >= 1)."""
-        k = self.top_k
-        sel = (levels >= 1) & (ranks < k)
-        if not sel.any():
-            return
-        r = ranks[sel]
-        sums = np.bincount(r, weights=np.exp(logp[sel].astype(np.float64)), minlength=k)
-        counts = np.bincount(r, minlength=k)
         seen = counts > 0
+        if not seen.any():
+            return
         cur = np.where(seen, sums / np.maximum(counts, 1), 0.0)
         if self.rank_prob is None:
             self.rank_prob = np.where(seen, cur, cyc.rank_prob)

@@ -85,7 +85,7 @@ class TreePolicy:
         """The lossless rule (docs/algorithms.md §7): greedy (on `best`, each row's argmax, when the
         forward gave it), SpecInfer's rule for sampled siblings, or the top-k rule for
         deterministic ones. Returns (accepted verify positions, bonus)."""
-        toks = vb.tokens.tolist()
+        toks = vb.token_list
         if sp.greedy:
             return V.greedy(toks, vb.parent_pos, best if best is not None else logits.argmax(-1).tolist())
         if tree.sampled_drafts:
