@@ -6,10 +6,16 @@ use (its affinity mask, capped by its cgroup quota), read when the app or a comm
 between the decodes that run at once: the app's --concurrency sessions, a command's one. Not torch's own default: torch counts the
 machine's cores, not a container's quota, and oversubscribing a small CPU (2 sessions x 2 threads
 on 2 vCPUs) made tree verification an order of magnitude slower.
+
+A forked child runs on one thread (`one_thread_after_fork`, registered on import): ZeroGPU's
+@spaces.GPU worker is forked from the page's process after visitors' Steps have run there, and a
+child inherits the OpenMP runtime's state (the kernels' team and torch's, one runtime) without its
+threads, so its first parallel region waited for threads that do not exist, for ever.
 """
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from .errors import check
@@ -66,3 +72,16 @@ def use_threads(requested: int | None, concurrency: int = 1) -> int:
     n = threads_per_decode(requested, concurrency)
     torch.set_num_threads(n)
     return n
+
+
+def one_thread_after_fork() -> None:
+    """In a forked child: torch's threads set to 1, which the q4_1 kernels follow too (each call
+    asks torch), so no parallel region starts on the thread team the parent left behind. The
+    child's CPU work is a GPU worker's (loading, a t(N) on the device) or a short record."""
+    torch = sys.modules.get("torch")   # a parent that never loaded torch ran no team
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=one_thread_after_fork)

@@ -19,6 +19,7 @@ import torch
 import app
 from eagle2 import threads
 from eagle2.config import Config
+from eagle2.decoding.decoder import Decoder
 from eagle2.decoding.recorded_race import DEVICE_NAME, SECONDS, device_name, record_settings, run_race
 from eagle2.model.loading import load_bundle
 from eagle2.model.verify_times import RECORD_KEY
@@ -361,3 +362,50 @@ def test_a_zero_gpu_space_steps_on_the_cpu_and_says_each_refusal(tmp_path, tiny)
     finally:
         app.stop()
         fake.server.shutdown()
+
+
+# ------------------------------------------------------------------ a worker forked from the page
+def _record_in_forked_worker(out, bundle, tiny: str) -> None:
+    """What ZeroGPU's worker runs: forked from the page's process, it decodes (here on the q4_1
+    kernels the page loaded, then the record on the CPU) and sends back plain data."""
+    d = Decoder(bundle, "eagle2", max_new_tokens=6, record=False)
+    d.start(input_ids=[3, 1, 4])
+    d.generate()
+    out.put({"tokens": d.generated, **gpu_record.record_on_gpu(PROMPT, 8, 0.0, 1.0, 0, tiny, "random", "cpu")})
+
+
+def test_a_worker_forked_after_the_page_decoded_records(tiny, tiny_target, tmp_path):
+    """ZeroGPU forks each @spaces.GPU worker from the page's process (multiprocessing's 'fork'),
+    after visitors' Steps have run there on two threads: the kernels' OpenMP team and torch's have
+    run, and the child inherits their state but none of their threads. The worker records and
+    answers, within a bounded wait (it hung on its first parallel region)."""
+    import multiprocessing
+    import queue
+    from test_serving import random_eagle3_head
+    folder, _ = tiny_target("fork-e3", layers=4)
+    bundle = load_bundle(str(folder), random_eagle3_head(folder, tmp_path / "head"), dtype="q4_1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ref = Decoder(bundle, "eagle2", max_new_tokens=6, record=False)   # the page's Steps: both teams run
+        ref.start(input_ids=[3, 1, 4])
+        ref.generate()
+        torch.randn(300, 300) @ torch.randn(300, 300)
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        worker = ctx.Process(target=_record_in_forked_worker, args=(out, bundle, tiny))
+        worker.start()
+        try:
+            got = out.get(timeout=90)
+        except queue.Empty:
+            pytest.fail("the forked worker gave no answer in 90 s")
+        finally:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(timeout=10)
+        assert got["tokens"] == ref.generated and set(got) == {"tokens", "trace"}
+        assert TRACES.from_json(got["trace"]).steps
+        assert torch.get_num_threads() == 2   # the parent keeps its threads
+    finally:
+        torch.set_num_threads(before)

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from .. import threads  # noqa: F401  (a forked child of a process that loads a model runs on one thread)
 from ..devices import is_cuda
 from ..errors import UserError
 from .forward import DraftForward, EagerDraft, EagerTarget, TargetForward

@@ -9,6 +9,7 @@ measurement is then discarded, not cached), and tries again `tries` times, each 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -71,6 +72,13 @@ class Measurer:
             pause = min(2 * pause, 2.0)
         return not self._closed.is_set()
 
+    def after_fork(self) -> None:
+        """In a forked child: a worker thread, lock and queue of its own (the parent's worker is
+        not in the child, and a request queued to it would never run)."""
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle2-t(N)-measurer")
+        self._lock = threading.Lock()
+        self._pending = {}
+
     def close(self) -> None:
         """Measure nothing more: queued requests are cancelled, one waiting for a quiet moment gives
         up (its result None), one measuring finishes; returns once the worker has stopped. Each
@@ -83,6 +91,8 @@ class Measurer:
 
 
 MEASURER = Measurer()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: MEASURER.after_fork())   # the measurer in place then
 
 
 def request_measurement(bundle, refresh: bool = False) -> Future:
