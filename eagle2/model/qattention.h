@@ -208,6 +208,9 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
     constexpr int hd = 8 * LANES;
     const __m256 vscale = _mm256_set1_ps(scale);
     const bool convert = nq > 2;  // converting once pays when several queries read the keys
+    // without it, the committed keys' whole blocks of 8 are read where they lie (slots 0.. are
+    // contiguous), and only a query's own keys are gathered
+    const int direct = convert ? 0 : shared / 8 * 8;
     if (!convert) shared = 0;
     for (int c0 = 0; c0 < shared; c0 += KEY_CHUNK) {  // the shared keys' scores, each key converted once
         const int count = std::min(KEY_CHUNK, shared - c0);
@@ -221,7 +224,8 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
     for (int i = 0; i < nq; ++i) {  // each query's own keys, then its softmax
         const Query& qi = qs[i];
         float* sc = scores + i * stride;
-        for (int j = shared; j < qi.n; j += 8) {
+        for (int j = shared; j < direct; j += 8) scores8<LANES, true>(qi.q, kbase + (size_t)j * hd, hd, vscale, sc + j);
+        for (int j = std::max(shared, direct); j < qi.n; j += 8) {
             gather8(kbase, qi.slots + j, std::min(8, qi.n - j), hd, kb16);
             scores8<LANES, true>(qi.q, kb16, hd, vscale, sc + j);
         }
