@@ -1,6 +1,7 @@
-"""What the losslessness tests share (test_lossless, test_budget, test_compiled): the real model's
-prompts, the tiny sampling model's prompt and vocabulary (its fixture, `sampling_setup`, is in
-conftest.py), the exact joint distribution of its first three tokens, and the chi-square test."""
+"""What the losslessness tests share (test_lossless, test_budget, test_quantized, test_native_cycle):
+the real model's prompts, a greedy decode's tokens, the tiny sampling model's prompt and vocabulary
+(its fixture, `sampling_setup`, is in conftest.py), the exact joint distribution of its first
+three tokens, and the chi-square test."""
 from __future__ import annotations
 
 from collections import Counter
@@ -24,6 +25,16 @@ EAGLE2_COMPACT = dict(total_tokens=16, depth=4, top_k=4)  # pool 69 nodes; keeps
 # (b) sampling, tiny model
 SV = 12
 SPROMPT = [3, 7, 1, 9]
+
+
+def greedy_tokens(bundle, policy, max_new_tokens: int, **start) -> list[int]:
+    """The tokens a greedy decoder with `policy` ("plain" or a tree policy) generates from `start`
+    (input_ids=..., messages=... or prompt=...), run to its end."""
+    from eagle2.decoding.decoder import Decoder
+    d = Decoder(bundle, policy, SamplingParams(), max_new_tokens=max_new_tokens, record=False)
+    d.start(**start)
+    d.generate()
+    return d.generated
 
 
 def exact_joint(logits, sp: SamplingParams) -> np.ndarray:

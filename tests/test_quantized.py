@@ -24,6 +24,7 @@ from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
 from eagle2.model import quantized as Q
 from eagle2.model.loading import load_bundle
+from lossless_cases import greedy_tokens
 
 pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
 
@@ -238,13 +239,11 @@ def test_a_row_is_the_same_bits_alone_or_in_a_batch_tiny(tiny_q4):
                                        ("ddd", dict(total_tokens=8, depth=4, top_k=3, check_levels=(2, 3)))])
 def test_greedy_identity_in_q4_1_tiny(tiny_q4, policy, kw):
     for prompt in ([1, 2, 3], [5, 4], [9, 9, 9, 1]):
-        ref = Decoder(tiny_q4, "plain", SamplingParams(), max_new_tokens=30, record=False)
-        ref.start(input_ids=prompt)
-        ref.generate()
+        ref = greedy_tokens(tiny_q4, "plain", 30, input_ids=prompt)
         d = Decoder(tiny_q4, policy, SamplingParams(), max_new_tokens=30, record=False, **kw)
         d.start(input_ids=prompt)
         d.generate()
-        assert d.generated == ref.generated, f"{policy} departs from plain q4_1 on {prompt}"
+        assert d.generated == ref, f"{policy} departs from plain q4_1 on {prompt}"
 
 
 @pytest.mark.slow   # the full suite's: thousands of sampled tokens (the fast tier stays under two minutes)
@@ -334,13 +333,7 @@ def test_greedy_identity_real_model_q4_1(real_q4, policy):
     from eagle2.tools.prompt_files import HELDOUT, read_prompts
     for item in read_prompts(HELDOUT)[:3]:
         msgs = [{"role": "user", "content": item["turns"][0]}]
-        ref = Decoder(real_q4, "plain", SamplingParams(), max_new_tokens=48, record=False)
-        ref.start(messages=msgs)
-        ref.generate()
-        d = Decoder(real_q4, policy, SamplingParams(), max_new_tokens=48, record=False)
-        d.start(messages=msgs)
-        d.generate()
-        assert d.generated == ref.generated
+        assert greedy_tokens(real_q4, policy, 48, messages=msgs) == greedy_tokens(real_q4, "plain", 48, messages=msgs)
 
 
 def test_a_model_the_kernels_cannot_take_is_a_clear_error(tiny_target):
@@ -439,3 +432,27 @@ def test_eagle2_q4_kernels_picks_a_slower_cpus_path_or_says_why(tiny_q4, monkeyp
         assert lib.qf_isa() == best and len(warned) == 1 and "EAGLE2_Q4_KERNELS=sse9 ignored" in warned[0]
     finally:
         lib.qf_set_isa(best)
+
+
+def test_the_kernels_refuse_what_they_would_misread(tiny_q4):
+    """The C side takes pointers and sizes: a cache in another dtype, shape or layout, a mask or
+    logits of another size, a matmul input of another width are refused with one line, before the
+    call (an fp32 cache was read as fp16; a matmul never checked its inner dimension)."""
+    f = tiny_q4.forward
+    toks, pos = torch.tensor([5, 8]), torch.tensor([0, 1])
+    fp32 = f.new_cache(16)
+    fp32.k = fp32.k.float()
+    strided = f.new_cache(16)
+    strided.v = strided.v.transpose(3, 4).contiguous().transpose(3, 4)   # the same shape, another layout
+    short = f.new_cache(16)
+    short.k = short.k[:1]
+    for cache, says in ((fp32, "got float32"), (strided, "not contiguous"), (short, "got float16 [1,")):
+        with pytest.raises(ValueError, match="must be fp16") as e:
+            f.verify(cache, toks, pos)
+        assert says in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="positions"):
+        f.verify(f.new_cache(16), toks, torch.tensor([0]))
+    with pytest.raises(ValueError, match="tree mask"):
+        f.verify(f.new_cache(16), toks, pos, torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"\[rows, 64\]"):
+        Q.matmul(f.lib, f._c_model.lm_head, torch.zeros(2, 63))

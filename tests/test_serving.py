@@ -316,3 +316,36 @@ def test_many_sessions_step_at_once_on_the_q4_1_forward(tiny_target, tmp_path):
             assert [t for _, t in got[i]] == [t for _, t in got[i + 3]], f"sessions {i} and {i + 3} differ"
     finally:
         app.stop()
+
+
+@pytest.mark.slow
+def test_a_session_past_the_rope_tables_steps_beside_others(tiny_target, tmp_path):
+    """One session's prompt runs past the 2,048 positions the kernels' RoPE tables start with, so
+    its first Step grows the tables that the other sessions' forwards read at that moment (each
+    call holds the pair it read; a table freed under a running call was read after its end). Three
+    sessions step at once, then each alone, in new sessions: every one gets the same tokens both
+    times, and the server still answers."""
+    folder, _ = tiny_target("serving-long", layers=4, max_pos=4096)
+    head = random_eagle3_head(folder, tmp_path / "head")
+    app = App(tmp_path, "--target", str(folder), "--head", head, "--dtype", "q4_1", "--threads", "1",
+              "--concurrency", "3", env={"EAGLE2_CACHE": str(tmp_path / "cache")})
+    prompts = [" ".join(f"w{j % 90 + 1}" for j in range(2100)), "w3 w1 w4 w1 w5", "w9 w2 w6 w5 w3"]
+    S = 3
+
+    def steps(i) -> list:
+        c = client(app)
+        return [dict(zip(STEP_API, c.submit(prompts[i], *ui(**SETTINGS), api_name="/step").result(timeout=STEP_TIMEOUT)))
+                for _ in range(S)]
+
+    try:
+        app.wait_for("ready at", 0, timeout=180)
+        together: dict[int, list] = {}
+        errors = run_threads(lambda i: together.__setitem__(i, steps(i)), 3, timeout=3 * S * STEP_TIMEOUT)
+        assert not errors, errors
+        for i in range(3):
+            alone = steps(i)
+            assert [f"cycle {n}" in r["status"] for n, r in enumerate(alone, 1)] == [True] * S, alone
+            assert [r["tokens"] for r in together[i]] == [r["tokens"] for r in alone], f"session {i}"
+        assert answers(app), "the server stopped answering"
+    finally:
+        app.stop()

@@ -319,8 +319,21 @@ def declare(lib: ctypes.CDLL) -> None:
         raise RuntimeError(f"the q4_1 kernels' library does not match quantized.py: {problem}")
 
 
+def check_cache(cache: KVCache, layers: int, kv: int, hd: int, who: str) -> None:
+    """What the kernels read a cache as: fp16 [layers, 1, kv, max_len, hd], contiguous, on the CPU
+    (they take a pointer and these sizes, and would read anything else as that); else one line."""
+    want = (layers, 1, kv, cache.max_len, hd)
+    for t in (cache.k, cache.v):
+        if t.dtype != torch.float16 or tuple(t.shape) != want or not t.is_contiguous() or t.device.type != "cpu":
+            raise ValueError(f"{who}: its cache must be fp16 {list(want)}, contiguous, on the CPU "
+                             f"(got {str(t.dtype).removeprefix('torch.')} {list(t.shape)} on {t.device.type}"
+                             f"{'' if t.is_contiguous() else ', not contiguous'})")
+
+
 def matmul(lib: ctypes.CDLL, cmat: "_CMat", x: torch.Tensor) -> torch.Tensor:
     """x [rows, K] times a packed matrix: [rows, N] in fp32 (its bias added in the kernels)."""
+    if x.dim() != 2 or x.shape[1] != cmat.K:
+        raise ValueError(f"matmul: the input must be [rows, {cmat.K}] (got {list(x.shape)})")
     x = x.float().contiguous()
     y = torch.empty(x.shape[0], cmat.N)
     lib.qf_matmul(ctypes.byref(cmat), x.data_ptr(), x.shape[0], y.data_ptr(), torch.get_num_threads())
@@ -483,6 +496,14 @@ class KernelTarget:
         if tokens.device.type != "cpu":
             raise UserError("The q4_1 forward runs on the CPU; use --dtype float32 or bfloat16 on a GPU.")
         start, T, D = cache.length, tokens.numel(), self.args.dim
+        a = self.args
+        check_cache(cache, a.n_layers, a.n_kv_heads, a.head_dim, "the q4_1 forward")
+        if positions.numel() != T or (tree_mask is not None and tuple(tree_mask.shape) != (T, T)):
+            raise ValueError(f"the q4_1 forward: {T} tokens need {T} positions and a [{T}, {T}] tree mask "
+                             f"(got {positions.numel()} and {None if tree_mask is None else list(tree_mask.shape)})")
+        if logits is not None and (logits.dtype != torch.float32 or tuple(logits.shape) != (T, a.vocab_size)
+                                   or not logits.is_contiguous()):
+            raise ValueError(f"the q4_1 forward: logits must be fp32 [{T}, {a.vocab_size}], contiguous")
         if start + T > cache.max_len:
             raise RuntimeError("KV cache full")
         toks = tokens.reshape(T).to(torch.int64)
@@ -578,9 +599,20 @@ class KernelDraft:
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.draft_ids is None else self.draft_ids[idx]
 
+    def _check(self, cache: KVCache) -> None:
+        a = self.args
+        check_cache(cache, 1, a.n_kv_heads, a.head_dim, "the draft head's step")
+
     @torch.no_grad()
     def step(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None, k: int = 0):
         T = tokens.numel()
+        self._check(cache)
+        if features.dim() != 2 or features.shape[0] != T or positions.numel() != T:
+            raise ValueError(f"the draft head's step: {T} tokens need features [{T}, width] and {T} positions "
+                             f"(got {list(features.shape)} and {positions.numel()})")
+        if tree_mask is not None and tuple(tree_mask.shape) != (T, start + T - cache.length):
+            raise ValueError(f"the draft head's step: its tree mask must be [{T}, {start + T - cache.length}] "
+                             f"(got {list(tree_mask.shape)})")
         if start + T > cache.max_len:
             raise RuntimeError("draft cache full")
         feats = features.float().contiguous()
@@ -634,6 +666,10 @@ class KernelDraft:
         Returns the counts (n, n_beams, draft_calls, n_verify, best_n, expected) and head_s, the
         seconds its draft-head steps took."""
         cos, sin = self._rope
+        self._check(cache)
+        if root_g.numel() != self.args.dim or root_top[0].numel() != root_top[1].numel():
+            raise ValueError(f"draft_tree: the root's feature must have {self.args.dim} values and its children "
+                             f"as many ids as log-probs")
         if base_pos + depth >= min(cos.shape[0], sin.shape[0]) or cache.length + depth * top_k > cache.max_len:
             raise RuntimeError("draft cache full")
         g = root_g.float().contiguous()

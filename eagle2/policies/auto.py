@@ -26,9 +26,9 @@ import numpy as np
 
 from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
-from ..phases import PhaseClock
 from ..model.measurer import request_measurement
 from ..model.timing import LiveVerifyTimes, prior_times
+from ..phases import PhaseClock
 from .eagle2 import Eagle2Policy
 
 EXPLORE_EVERY = 16
