@@ -24,7 +24,7 @@ from eagle2.decoding.decoder import Decoder
 from eagle2.model import quantized as Q
 from eagle2.model.llama import KVCache
 from eagle2.model.loading import load_bundle
-from eagle2.model.timing import LiveVerifyTimes
+from eagle2.model.verify_times import LiveVerifyTimes
 from eagle2.policies.auto import WIDTHS, AutoBudgetNPolicy, CallPrices, best_rates
 from lossless_cases import greedy_tokens
 

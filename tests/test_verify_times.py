@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from eagle2.model.timing import LiveVerifyTimes
+from eagle2.model.verify_times import LiveVerifyTimes
 from eagle2.model.verify_times import RECORD_KEY, VerifyTimes
 
 

@@ -27,7 +27,8 @@ import numpy as np
 from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from ..model.measurer import request_measurement
-from ..model.timing import LiveVerifyTimes, prior_times
+from ..model.timing import prior_times
+from ..model.verify_times import LiveVerifyTimes
 from ..phases import PhaseClock
 from .eagle2 import Eagle2Policy
 
