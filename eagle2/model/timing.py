@@ -7,9 +7,9 @@ table timed while nothing else decoded in this process (`measure_quietly`). It i
 table is measured: at start-up, when the table is missing or not plausible, and on --recalibrate
 (model/measurer.py in the app, `verify_profile` in the command-line tools). It never changes from
 a visitor's Step: a budget starts from `prior_times` without measuring, and its live corrections
-(verify_times.LiveVerifyTimes, the in-cycle cost model) stay in the policy that made them (timings taken while other sessions decode are that
-moment's load, not the machine's cost; written back, they made the next session measure again
-inside its first Step). A table and its reading at any N: verify_times.py.
+(verify_times.LiveVerifyTimes, the in-cycle cost model) stay in the policy that made them
+(timings taken while other sessions decode are that moment's load, not the machine's cost;
+written back, they made the next session measure again inside its first Step). A table and its reading at any N: verify_times.py.
 """
 from __future__ import annotations
 

@@ -65,23 +65,16 @@ class VerifyTimes:
     def t(self, n):
         """t(n): a float for one n, an array for an array of them (the budget reads every N of a
         cycle in one call, inside the cycle's time)."""
-        y = self.at(self.ns, self.ts, n, self._slope)
+        y = np.interp(n, self.ns, self.ts)
+        if self._slope:
+            y = y + self._slope * np.maximum(0.0, np.asarray(n, dtype=np.float64) - self.ns[-1])
         return float(y) if np.ndim(y) == 0 else y
 
     @staticmethod
-    def slope_of(ns: np.ndarray, ts: np.ndarray) -> float:
-        """The last segment's slope, never falling (0 for a single point)."""
+    def slope_of(ns, ts) -> float:
+        """The last segment's slope beyond the largest N, never falling (0 for a single point);
+        `ns` and `ts` ascending by N (arrays or lists)."""
         return max(0.0, float((ts[-1] - ts[-2]) / (ns[-1] - ns[-2]))) if len(ns) > 1 else 0.0
-
-    @staticmethod
-    def at(ns: np.ndarray, ts: np.ndarray, n, slope: float | None = None):
-        """The rule itself, on a table's arrays (N ascending): linear between points, the first
-        point's time below it, the last segment's slope (never falling) beyond the last."""
-        slope = VerifyTimes.slope_of(ns, ts) if slope is None else slope
-        y = np.interp(n, ns, ts)
-        if slope:
-            y = y + slope * np.maximum(0.0, np.asarray(n, dtype=np.float64) - ns[-1])
-        return y
 
     def __len__(self) -> int:
         return len(self.ns)
@@ -157,9 +150,9 @@ class LiveVerifyTimes:
             points.update(self._median)
             ns = sorted(points)
             ts = [points[n] for n in ns]
-            slope = max(0.0, (ts[-1] - ts[-2]) / (ns[-1] - ns[-2])) if len(ns) > 1 else 0.0
+            slope = VerifyTimes.slope_of(ns, ts)
             out, j = [], 0
-            for n in range(1, max_n + 1):   # VerifyTimes.at's rule, point by point
+            for n in range(1, max_n + 1):   # VerifyTimes.t's rule, point by point
                 while j + 1 < len(ns) and ns[j + 1] <= n:
                     j += 1
                 if n <= ns[0]:

@@ -98,7 +98,8 @@ class Eagle2Policy(TreePolicy):
                 break
             # the level's top k by value, ties to the earlier (the kernels' order)
             flat = cand_vals.flatten()
-            sel = torch.from_numpy(np.argsort(-flat.float().cpu().numpy(), kind="stable")[: min(k, nb * kc)]).to(flat.device)
+            order = np.argsort(-flat.float().cpu().numpy(), kind="stable")[: min(k, nb * kc)]
+            sel = torch.from_numpy(order).to(flat.device)
             rows = sel // kc
             beam = [idx[j] for j in sel.tolist()]
             beam_vals = cand_vals.flatten()[sel]
