@@ -4,6 +4,7 @@ Screenshots and the server log go to test-artifacts/ (gitignored) only; `python 
 refreshes the README's docs/screenshot.png."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -58,6 +59,18 @@ def plot_traces(page, elem_id: str) -> dict:
             for (const t of el.data) out[t.name || ''] = (t.x || []).filter(v => v !== null).length;
             return out;
         }""", elem_id)
+
+
+def kept_nodes_drawn(page, elem_id: str = "live-tree") -> int:
+    """The draft nodes a tree figure draws, checked against the count its title gives. The
+    hardware-aware budget may judge a cycle's drafts not worth their verify cost (a plain step,
+    none kept): how often depends on this machine's speed, so a test reads the count, never assumes it."""
+    title = plot_title(page, elem_id)
+    m = re.search(r"(\d+) of (\d+) drafted tokens verified", title)
+    assert m, title
+    drawn = plot_traces(page, elem_id).get("draft nodes", 0)
+    assert drawn == int(m.group(1)), (drawn, title)
+    return drawn
 
 
 def plot_title(page, elem_id: str) -> str:
@@ -119,7 +132,7 @@ def test_step_three_times(page):
     wait_status(page, f"{cpu.policy} vs {cpu.compare} vs plain")
     wait_status(page, "cycle 3 ·")
     tree = plot_traces(page, "live-tree")
-    assert tree["draft nodes"] >= 1, tree                                    # a small tree pays here
+    kept_nodes_drawn(page)                                                   # the budget's tree, as its title says
     assert tree["accepted path"] >= 2 and tree["bonus token"] == 1, tree     # highlighted path + bonus
     assert plot_traces(page, "live-cmp")["draft nodes"] >= 10                # the static tree beside it
     speed = plot_traces(page, "live-speedup")
@@ -189,7 +202,7 @@ def test_phone_width_shows_the_tree_first_and_keeps_step_at_hand(browser, server
         page.screenshot(path=str(ARTIFACTS / "phone-scrolled.png"))
         wait_model_ready(page)
         step(page, "Write a haiku about the sea.", 1)
-        assert plot_traces(page, "live-tree")["draft nodes"] >= 1
+        kept_nodes_drawn(page)
         page.evaluate("() => window.scrollTo(0, 0)")
         page.screenshot(path=str(ARTIFACTS / "phone-step1.png"))
     finally:
@@ -258,7 +271,8 @@ def test_closed_sections_are_drawn_when_opened_not_on_every_step(page):
     page.locator("#live-cmp").wait_for(state="hidden")
     page.locator("#step-btn").click()
     wait_status(page, "cycle 3 ·")
-    assert page.locator("#live-cmp").is_hidden() and plot_traces(page, "live-tree")["draft nodes"] >= 1
+    assert page.locator("#live-cmp").is_hidden()
+    kept_nodes_drawn(page)
 
 
 def test_two_speedups_and_the_gpu_what_if(page):
@@ -332,7 +346,7 @@ def test_a_queued_step_shows_its_place_in_the_queue(browser, real_bundle, monkey
         other.result(timeout=120)
         wait_status(page, "cycle 1 ·", timeout=120_000)                         # then it runs
         page.locator(tracker).wait_for(state="detached", timeout=30_000)
-        assert plot_traces(page, "live-tree")["draft nodes"] >= 1
+        kept_nodes_drawn(page)
     finally:
         release.set()
         if ctx is not None:
@@ -396,7 +410,10 @@ def test_a_class_follows_the_presenter_with_no_click(browser, server):
             follower.wait_for_function(
                 "(c) => { const el = document.querySelector('#live-tree .js-plotly-plot');"
                 " return el && el.layout.title.text.startsWith('Cycle ' + c + ' '); }", arg=n, timeout=30_000)
-        assert plot_traces(follower, "live-tree")["draft nodes"] >= 1
+        # the follower draws the presenter's tree (eagle2-auto may have judged a plain step cheaper
+        # this cycle: then no draft node was kept, on both pages alike)
+        assert plot_title(follower, "live-tree") == plot_title(presenter, "live-tree")
+        assert plot_traces(follower, "live-tree") == plot_traces(presenter, "live-tree")
         assert follower.locator("#prompt textarea").input_value() == "Write a haiku about the sea."
         follower.screenshot(path=str(ARTIFACTS / "follower-phone.png"))
 

@@ -117,6 +117,19 @@ def test_tree_figure_nodes_and_highlighted_path(steps):
     assert dropped.marker.opacity < 1
 
 
+def test_a_cycle_that_kept_no_draft_reads_as_a_plain_step(steps):
+    """A budget may judge no draft worth its verify cost: the pool is drawn (dropped, when asked
+    for), no draft node, and the title says it was a plain step."""
+    from dataclasses import replace
+    t = steps[2].tree
+    none_kept = replace(steps[2], tree=replace(t, kept=[True] + [False] * (len(t.kept) - 1)))
+    fig = viz.tree_figure(none_kept)
+    assert not [d for d in fig.data if d.name == "draft nodes"]
+    assert "0 of 9 drafted tokens verified (none kept: a plain step)" in fig.layout.title.text
+    assert len(trace_named(viz.tree_figure(none_kept, show_dropped=True), "dropped by rerank").x) == 9
+    assert "plain step" not in viz.tree_figure(steps[2]).layout.title.text
+
+
 def test_colours_map_to_values(steps):
     fig = viz.tree_figure(steps[1], colour_by="value")
     nodes = trace_named(fig, "draft nodes")

@@ -473,7 +473,8 @@ def tree_title(step) -> str:
     t = step.tree
     n_pool, n_kept = len(t.tokens) - 1, sum(bool(k) for k in t.kept) - 1
     acc = step.accepted_len
-    return (f"Cycle {step.cycle} · {step.policy}: {n_kept} of {n_pool} drafted tokens verified · "
+    plain = " (none kept: a plain step)" if n_kept == 0 else ""   # a budget judged no draft worth its cost
+    return (f"Cycle {step.cycle} · {step.policy}: {n_kept} of {n_pool} drafted tokens verified{plain} · "
             f"accepted {acc} + bonus = {acc + 1} token{'s' if acc else ''}")
 
 
