@@ -10,6 +10,7 @@ module per tab), its figures viz/. This file only reads the options and serves t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 
@@ -47,8 +48,8 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if a.concurrency < 1:
         ap.error(f"--concurrency must be >= 1 (got {a.concurrency}).")
-    if a.port is not None and not 0 <= a.port <= 65535:
-        ap.error(f"--port must be in [0, 65535] (got {a.port}).")
+    if a.port is not None and not 1 <= a.port <= 65535:   # Gradio cannot serve on 0 (a port of the OS's choosing)
+        ap.error(f"--port must be in [1, 65535] (got {a.port}).")
     if a.max_new_tokens < 1:
         ap.error(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens}).")
     a.device = live_device(env, a.device)
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: cannot serve on {a.host or 'the default host'}:{a.port or 'the default port'} ({e}).",
               file=sys.stderr)
-        return 2
+        return leave(2, MODEL)
     url = demo.local_url.rstrip("/")
     print(f"serving {url}; loading the model (the page shows a recorded trace meanwhile)...", flush=True)
     try:
@@ -85,8 +86,19 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted; closing the server.", file=sys.stderr)
         demo.close()
-        return 130
+        return leave(130, MODEL)
     return 0
+
+
+def leave(code: int, model) -> int:
+    """The exit code, or an exit now while the model still loads: the interpreter's own exit tears
+    down torch's C++ state under the loader's thread, which then aborts the process ("terminate
+    called without an active exception", exit 134) after the line that said why it stopped."""
+    if model.loading is not None and not model.loading.done():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def zero_gpu_first(env) -> None:

@@ -92,10 +92,28 @@ def test_app_with_a_missing_head_folder_says_so_and_keeps_serving(tmp_path):
 
 @pytest.mark.parametrize("args, fragment", [(["--threads", "-1"], "--threads"),
                                             (["--concurrency", "0"], "--concurrency"),
-                                            (["--port", "70000"], "--port")])
+                                            (["--port", "70000"], "--port"), (["--port", "0"], "--port")])
 def test_app_rejects_bad_options_before_loading(args, fragment):
     t0 = time.time()
     r = subprocess.run([sys.executable, str(REPO / "app.py"), *args], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2 and fragment in r.stderr.splitlines()[-1] and "Traceback" not in r.stderr, r.stderr
     assert time.time() - t0 < 30                               # nothing was imported or loaded
+
+
+@pytest.mark.slow
+def test_a_port_in_use_is_one_line_and_a_clean_exit(tiny_target):
+    """The port is taken while the model loads in the background: one line says so and the app
+    exits 2 (the interpreter's exit under the loading thread aborted it, exit 134)."""
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        folder, _ = tiny_target("startup", vocab=97, max_pos=64)
+        r = subprocess.run([sys.executable, str(REPO / "app.py"), "--host", "127.0.0.1", "--port", str(port),
+                            "--target", str(folder), "--head", "random"],
+                           cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: cannot serve on 127.0.0.1:{port} "), r.stderr
+    assert "Traceback" not in r.stderr and "terminate" not in r.stderr, r.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from eagle2.devices import is_cuda
 from eagle2.errors import UserError
+from eagle2.heap import trim_heap
 from eagle2.policies.registry import default_policy
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class ModelHolder:
         # from it rather than from an estimate
         self.stage = "measuring this machine's verification costs t(N)"
         self._measure_costs(b)
+        trim_heap()   # what loading and warming freed (the tokenizer's parse, the decode of its table)
         return b
 
     def _measure_costs(self, b) -> None:

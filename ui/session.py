@@ -3,7 +3,6 @@ the page needs of it: settings read from the controls, Stop, a View to draw, an 
 series, and a bound on the memory its decoders hold (LivePool)."""
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 import weakref
@@ -15,6 +14,7 @@ from eagle2.decoding.race import ROLES, Race, RaceSettings
 from eagle2.cycle.trace import Trace
 from eagle2.devices import device_kind as engine_device_kind
 from eagle2.errors import UserError
+from eagle2.heap import trim_heap
 from viz.charts import Series, extend_series
 from viz.charts import series as make_series
 
@@ -226,23 +226,6 @@ class LivePool:
             time.sleep(max(1.0, min(60.0, self.idle_s / 4)))
             self.sweep()
 
-
-def trim_heap() -> None:
-    """Hand freed memory back to the system. glibc's malloc keeps it otherwise: once a KV cache
-    (~10 MB) has been freed, its dynamic mmap threshold rises above that size, later caches come
-    from the heap, and their pages stay with the process (measured: benchmarks/classroom/)."""
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL("libc.so.6")
-            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
-
-
-_libc = None
 
 # Sessions holding decoders at once, and the idle time after which a session's are freed (the
 # configuration's max_sessions and session_idle_s: the figures are in benchmarks/classroom/).

@@ -326,7 +326,10 @@ class LlamaModel(nn.Module):
     def __init__(self, a: LlamaArgs):
         super().__init__()
         self.args = a
-        self.embed_tokens = nn.Embedding(a.vocab_size, a.dim)
+        # Built on the meta device, every weight then assigned from the checkpoint (load_target), so
+        # the table gets no random init: on meta, normal_ runs a Python reference that imports
+        # torch's compiler (dynamo, sympy: 74 MiB resident, 1,000 modules) for nothing.
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.dim, _weight=torch.empty(a.vocab_size, a.dim))
         self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layers))
         self.norm = RMSNorm(a.dim, a.norm_eps)
         self.lm_head = Linear(a.dim, a.vocab_size, bias=False)

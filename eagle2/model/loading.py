@@ -2,25 +2,51 @@
 and choose the backend that runs them (forward.py), once."""
 from __future__ import annotations
 
-import ctypes
+import io
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import safe_open
 
 from .. import threads  # noqa: F401  (a forked child of a process that loads a model runs on one thread)
 from ..devices import is_cuda
 from ..errors import UserError
+from ..heap import trim_heap
 from .forward import DraftForward, EagerDraft, EagerTarget, TargetForward
 from .head import DraftHead, EagleHead, head_from_checkpoint, read_checkpoint
 from .head3 import head3_from_checkpoint, is_eagle3
+from .tokenizer import load_tokenizer
 from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
 from .weights import DEFAULT_PRESET, PRESETS, embedded_key, hub_download, local_folder, resolve_target
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
+
+
+class TokenTexts:
+    """Every token's display text in one string, with where each ends: a page holds one table for
+    the model's life. A list of 49,152 strings decoded in one batch took 7-10 MiB of the process;
+    decoded one by one into one string, 2-3 MiB (measured at ready, benchmarks/app-memory)."""
+
+    def __init__(self, tokenizer, vocab_size: int):
+        buf, self._ends, n = io.StringIO(), np.empty(vocab_size, np.int64), 0
+        for i in range(vocab_size):
+            text = tokenizer.decode([i])
+            n += len(text)
+            buf.write(text)
+            self._ends[i] = n
+        self._joined = buf.getvalue()
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def texts(self, ids) -> list[str]:
+        """The texts of `ids`; "<id>" for an id outside the vocabulary."""
+        j, ends, n = self._joined, self._ends, len(self._ends)
+        return [j[int(ends[i - 1]) if i else 0:int(ends[i])] if 0 <= i < n else f"<{i}>" for i in ids]
 
 
 @dataclass
@@ -44,12 +70,10 @@ class Bundle:
 
     def token_texts(self, ids: list[int]) -> list[str]:
         """Display text of single tokens, from a table decoded once per bundle."""
-        texts = self.derived.get("token_texts")
-        if texts is None:
-            V = self.args.vocab_size
-            texts = self.derived["token_texts"] = self.tokenizer.batch_decode([[i] for i in range(V)])
-        n = len(texts)
-        return [texts[i] if 0 <= i < n else f"<{i}>" for i in ids]
+        table = self.derived.get("token_texts")
+        if table is None:
+            table = self.derived["token_texts"] = TokenTexts(self.tokenizer, self.args.vocab_size)
+        return table.texts(ids)
 
     @property
     def args(self) -> LlamaArgs:
@@ -67,16 +91,6 @@ class Bundle:
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         return ids
-
-
-def give_back_freed_memory() -> None:
-    """Return freed heap pages to the system: glibc keeps them (here the fp32 tensors the q4_1
-    backend let go, the head's initial tables), and they count in the process's resident memory
-    (about 170 MB at ready, measured). A no-op where the C library has no malloc_trim."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -200,8 +214,6 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
               "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
         if dt is None:
             raise UserError(f"Unknown dtype {dtype!r}: use q4_1, float32, bfloat16 or float16.")
-    from transformers import AutoTokenizer
-
     target = target or DEFAULT_PRESET
     preset = PRESETS.get(target)
     where = resolve_target(target)
@@ -209,10 +221,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         where, ["config.json", "*.safetensors", "tokenizer*", "special_tokens_map.json", "*.jinja",
                 "generation_config.json", "vocab.json", "merges.txt"])
     model = load_target(folder, dev, dt)
-    try:
-        tok = AutoTokenizer.from_pretrained(str(folder))
-    except Exception as e:
-        raise UserError(f"No usable tokenizer in {folder} ({type(e).__name__}).") from None
+    tok = load_tokenizer(folder)
 
     if head is None and preset is not None and preset.head and (Path(preset.head) / "config.json").exists():
         head = preset.head
@@ -249,7 +258,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         fwd, draft = kernels
         keep_head = h if isinstance(draft, EagerDraft) else None
         del model, h
-        give_back_freed_memory()
+        trim_heap()
         return Bundle(fwd, draft, None, keep_head, tok, dev, dt, name, head_name, fwd.precision)
     if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
         pack_linears(model)

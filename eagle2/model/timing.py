@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.benchmark import Timer
 
 from .. import config
 from ..devices import is_cuda
@@ -52,9 +51,12 @@ def prefilled_cache(forward, context: int, room: int):
     return cache
 
 
-def timer(call) -> Timer:
+def timer(call):
     """torch's benchmark timer for `call()`, at this process's thread count (its default is one
-    thread) and synchronising CUDA around each timing."""
+    thread) and synchronising CUDA around each timing. Imported here, where a measurement starts:
+    torch.utils.benchmark brings cpp_extension and setuptools (5 MiB resident) into every process
+    that only reads a cached table."""
+    from torch.utils.benchmark import Timer
     return Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
 
 
