@@ -47,13 +47,14 @@ ZEROGPU_PYTHONS = ("3.10.13", "3.12.12")
 
 
 def test_requirements_files_repeat_pyproject():
-    """requirements.txt, the Space's: pyproject's dependencies and the `space` extra, torch pinned to
-    one ZeroGPU runs (inside pyproject's range), the others as pyproject says them."""
+    """requirements.txt, the Space's: pyproject's dependencies, torch pinned to one ZeroGPU runs
+    (inside pyproject's range), the others as pyproject says them; not `spaces`, which ZeroGPU's
+    runtime brings (a pin would replace its version) and which the app imports only there."""
     from packaging.version import Version
     space = file_reqs("requirements.txt")
-    assert set(space) == set(DEPS) | set(SPACE)
-    for name, r in {**DEPS, **SPACE}.items():
-        if name in ("torch", "spaces"):
+    assert set(space) == set(DEPS) and "spaces" in SPACE and "spaces" not in space
+    for name, r in DEPS.items():
+        if name == "torch":
             (pin,) = space[name].specifier
             assert pin.operator == "==" and r.specifier.contains(pin.version), f"requirements.txt: {space[name]} outside {r}"
         else:
