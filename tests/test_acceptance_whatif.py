@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-import viz
 from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
 from eagle2.model.verify_times import VerifyTimes
 from eagle2.policies.registry import TRACES
 from viz.acceptance_whatif import (EMPTY, K_MAX, DepthCounts, acceptance_whatif_chart, best_k, chain_cost,
                                    chain_estimate, chain_speedup, chain_tokens, depth_counts, forwards_table)
-from viz.charts import depth_acceptance, series
+from eagle2.cycle.series import series
+from viz.charts import depth_acceptance
 from viz.whatif import PriceTable, price_table_from_trace
 
 ROOT = Path(__file__).resolve().parent.parent

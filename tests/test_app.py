@@ -28,6 +28,8 @@ from ui.session import Session, Settings
 from ui.traces import shipped_traces
 from ui.view import View
 from page_controls import DISPLAY, SMALL, STEP_API, ui
+from ui import outputs
+from ui.status import live_status
 
 SKIP = type(gr.skip())
 # Each tab's handlers keyed by the output names (what tests read); the page's are keyed by its components.
@@ -36,7 +38,7 @@ live, replay, explain = handlers.Live(), handlers.Replay(), handlers.Explain()
 
 def settings_ui(**over):
     """The values Settings.from_ui takes (the controls but the display options)."""
-    return [v for k, v in zip(handlers.CONTROLS, ui(**over)) if k not in DISPLAY]
+    return [v for k, v in zip(outputs.CONTROLS, ui(**over)) if k not in DISPLAY]
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +76,11 @@ def test_page_binds_controls_and_outputs_by_name():
     suffix = {"compare": "cmp"}    # dashboard elem_ids that differ from the output's name
     step = dep("step-btn", "click")
     assert step["api_name"] == "step"
-    out = props(handlers.LIVE, step["outputs"])
+    out = props(outputs.LIVE, step["outputs"])
     assert out["session"]["type"] == "state" and out["status"]["elem_id"] == "live-status"
     assert all(out[n]["elem_id"] == f"live-{suffix.get(n, n)}" for n in DASH), out
-    inp = props(("session", "prompt", *handlers.CONTROLS, handlers.PANELS_STATE, ACCEPT), step["inputs"])
-    assert inp[handlers.PANELS_STATE]["type"] == "state"    # what is on screen: test_an_update_sends_only_what_is_shown
+    inp = props(("session", "prompt", *outputs.CONTROLS, outputs.PANELS_STATE, ACCEPT), step["inputs"])
+    assert inp[outputs.PANELS_STATE]["type"] == "state"    # what is on screen: test_an_update_sends_only_what_is_shown
     assert inp[ACCEPT]["type"] == "state"    # the acceptance what-if's a: a state, so not in the /step API
     assert [comps[i]["props"].get("elem_id") for i in step["show_progress_on"]] == ["live-status"]   # one spinner
     labels = dict(prompt="Prompt (chat message)", policy="Tree policy", compare="Compare with",
@@ -87,13 +89,13 @@ def test_page_binds_controls_and_outputs_by_name():
     assert {n: inp[n]["label"] for n in labels} == labels
     assert inp["show_dropped"]["elem_id"] == "show-dropped" and inp["side_by_side"]["type"] == "checkbox"
     defaults = RaceSettings.for_device("cpu")
-    assert {n: inp[n]["value"] for n in handlers.CONTROLS[:handlers.N_SETTINGS]} == \
-        {n: getattr(defaults, n) for n in handlers.CONTROLS[:handlers.N_SETTINGS]}
+    assert {n: inp[n]["value"] for n in outputs.CONTROLS[:outputs.N_SETTINGS]} == \
+        {n: getattr(defaults, n) for n in outputs.CONTROLS[:outputs.N_SETTINGS]}
     assert inp["policy"]["choices"] == inp["compare"]["choices"] == [(n, n) for n in names()]
     assert all(describe(n) in inp["policy"]["info"] for n in names())
     live = props(DASH, dep("live-cycle", "input")["outputs"])
     assert all(live[n]["elem_id"] == f"live-{suffix.get(n, n)}" for n in DASH)
-    replay = props(handlers.REPLAY, dep("trace-pick", "change")["outputs"])
+    replay = props(outputs.REPLAY, dep("trace-pick", "change")["outputs"])
     assert replay["view"]["type"] == "state" and replay["info"]["elem_id"] == "trace-info"
     assert all(replay[n]["elem_id"] == f"replay-{suffix.get(n, n)}" for n in DASH)
     for tab in ("live", "replay"):   # each section under the trees opens as OPEN says and, opened, draws its charts
@@ -101,12 +103,12 @@ def test_page_binds_controls_and_outputs_by_name():
             section = next(c for c in cfg["components"] if c["props"].get("elem_id") == f"{tab}-{name}-section")
             assert section["type"] == "accordion" and section["props"]["open"] == (name in OPEN)
             opened = props(handlers.panel_outputs(name), dep(f"{tab}-{name}-section", "expand")["outputs"])
-            assert opened[handlers.PANELS_STATE]["type"] == "state"
+            assert opened[outputs.PANELS_STATE]["type"] == "state"
             assert all(opened[n]["elem_id"] == f"{tab}-{n}" for n in PANELS[name])
         moved = dep(f"{tab}-accept-a", "input")   # the acceptance slider redraws its chart alone
         assert props((ACCEPT, "chain"), moved["outputs"])["chain"]["elem_id"] == f"{tab}-chain"
         assert comps[moved["inputs"][-1]]["props"]["label"] == "per-token acceptance a"
-    ex = props(handlers.EXPLAIN, dep("explain-phase", "change")["outputs"])
+    ex = props(outputs.EXPLAIN, dep("explain-phase", "change")["outputs"])
     assert {n: ex[n]["elem_id"] for n in ex} == dict(cycle="explain-cycle", phase="explain-phase",
                                                     figure="explain-tree", text="explain-text")
 
@@ -178,19 +180,19 @@ def test_handlers_key_their_outputs_by_the_tabs_components():
     # Run is one Step, then one queued Step per tick of its timer: no generator holding a slot
     assert step.fn.__name__ == "on_step" and run.fn.__name__ == "on_run" and not inspect.isgeneratorfunction(run.fn)
     assert fns["run_next"].fn.__name__ == "on_run_tick" and fns["run_next"].outputs == run.outputs
-    assert run.outputs[:len(step.outputs)] == step.outputs and len(run.outputs) == len(handlers.RUN)
-    status = step.outputs[handlers.LIVE.index("status")]
+    assert run.outputs[:len(step.outputs)] == step.outputs and len(run.outputs) == len(outputs.RUN)
+    status = step.outputs[outputs.LIVE.index("status")]
     for fn in (step, run):
         with pytest.warns(UserWarning, match="prompt is empty"):
             out = fn.fn(None, "  ", *ui(), OPEN)
         assert set(out) == set(fn.outputs)              # keyed by the components, every output named
         values = convert_component_dict_to_list(fn.outputs, out)
-        assert values[handlers.LIVE.index("status")] == out[status] and "prompt is empty" in out[status]
+        assert values[outputs.LIVE.index("status")] == out[status] and "prompt is empty" in out[status]
     panels = fns["close_race"]       # a section closed: one output, the tab's open panels
     assert panels.fn(OPEN) == {panels.outputs[0]: OPEN - {"race"}}
     ex = fns["on_explain_source"]
     drawn = ex.fn(handlers.LIVE_SOURCE, None, None, None, None)
-    assert list(drawn) == ex.outputs and drawn[ex.outputs[handlers.EXPLAIN.index("text")]].startswith("Press Step")
+    assert list(drawn) == ex.outputs and drawn[ex.outputs[outputs.EXPLAIN.index("text")]].startswith("Press Step")
 
 
 @pytest.mark.slow  # two sessions decoding the real model at once
@@ -371,9 +373,9 @@ def test_user_errors_warn_and_keep_the_session(bundle):
     before = len(sess.race.main.trace.steps)
     with pytest.warns(UserWarning, match="prompt is empty"):
         out = live.on_step(sess, "   ", *ui())
-    assert list(out) == list(handlers.LIVE) and all(isinstance(o, SKIP) for n, o in out.items() if n != "status")
+    assert list(out) == list(outputs.LIVE) and all(isinstance(o, SKIP) for n, o in out.items() if n != "status")
     assert "The prompt is empty: type something" in out["status"]               # the status line says it too,
-    assert out["status"].startswith(handlers.live_status(sess))                # under where the session stands
+    assert out["status"].startswith(live_status(sess))                # under where the session stands
     with pytest.warns(UserWarning, match="Depth must be a whole number"):
         live.on_step(sess, "Say hello.", *ui(depth=2.5))
     with pytest.warns(UserWarning, match="depth must be an integer in"):
@@ -393,8 +395,8 @@ def test_user_errors_warn_and_keep_the_session(bundle):
 def test_a_refused_step_says_what_to_do_on_the_status_line():
     """Step or Run with an empty prompt on a new page: one warning, and the status line (which
     read "... until you press Step") says what to do; no session is made, nothing else changes."""
-    for press, names in ((lambda: live.on_step(None, "  ", *ui()), handlers.LIVE),
-                         (lambda: live.on_run(None, "", *ui()), handlers.RUN)):
+    for press, names in ((lambda: live.on_step(None, "  ", *ui()), outputs.LIVE),
+                         (lambda: live.on_run(None, "", *ui()), outputs.RUN)):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             out = press()
@@ -402,7 +404,7 @@ def test_a_refused_step_says_what_to_do_on_the_status_line():
             "The prompt is empty: type something in the prompt box (or pick an example), then press Step."]
         assert out["status"] == f"**{w[0].message}**"
         assert list(out) == list(names)
-        assert all(isinstance(o, SKIP) for n, o in out.items() if n in handlers.LIVE and n != "status")   # no session
+        assert all(isinstance(o, SKIP) for n, o in out.items() if n in outputs.LIVE and n != "status")   # no session
         if "run_timer" in names:
             assert out["run_timer"].active is False          # a refused Run does not tick on
 
@@ -430,14 +432,14 @@ def test_malformed_trace_upload_gives_clear_error_and_keeps_state(tmp_path):
     for path, msg in ((bad_json, "not valid JSON"), (other, "not an eagle2-viz trace"), (broken, "malformed")):
         with pytest.warns(UserWarning, match=msg):
             out = replay.on_replay_load(None, str(path), 0, "path value", False)
-        assert list(out) == list(handlers.REPLAY)
+        assert list(out) == list(outputs.REPLAY)
         assert all(isinstance(o, SKIP) for o in out.values())              # nothing replaced
     traces = shipped_traces()
     name = next(iter(traces))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = replay.on_replay_load(name, None, 0, "path value", False)
-    assert list(out) == list(handlers.REPLAY)
+    assert list(out) == list(outputs.REPLAY)
     view = out["view"]
     assert isinstance(view, View) and len(view.steps) >= 2
     cyc = view.drafted[0]
@@ -502,7 +504,7 @@ def test_unreadable_uploads_give_one_clear_warning_and_keep_state(tmp_path, monk
         said = [str(x.message) for x in w if not issubclass(x.category, ResourceWarning)]
         assert len(said) == 1 and said[0].startswith("Could not read this trace: "), (name, said)
         assert msg in said[0] and "recursion" not in said[0], (name, said)
-        assert list(out) == list(handlers.REPLAY) and all(isinstance(o, SKIP) for o in out.values()), name
+        assert list(out) == list(outputs.REPLAY) and all(isinstance(o, SKIP) for o in out.values()), name
     good = tmp_path / "good.json"
     good.write_text(next(iter(shipped_traces().values())).read_text(encoding="utf-8"), encoding="utf-8")
 
@@ -535,7 +537,7 @@ def test_export_and_replay_roundtrip(bundle, tmp_path):
     assert by_ext[".csv"].read_text().splitlines()[0].startswith("cycle,policy,accepted")
     assert "draft nodes" in by_ext[".html"].read_text()
     ex = explain.on_explain("Replay trace", None, v, 2, None)
-    assert list(ex) == list(handlers.EXPLAIN)
+    assert list(ex) == list(outputs.EXPLAIN)
     assert ex["phase"].value == "Expand level 1" and "Expansion level 1" in ex["text"]
     ex = explain.on_explain("Replay trace", None, v, 2, "Expand level 1", move=-1)
     assert ex["phase"].value == "Expand level 1"
@@ -600,7 +602,7 @@ def test_run_is_a_chain_of_queued_steps_until_stop_or_the_end(bundle):
     timer stops."""
     M = 24
     first = live.on_run(None, "Say hello.", *ui(max_new_tokens=M))
-    assert list(first) == list(handlers.RUN)
+    assert list(first) == list(outputs.RUN)
     sess = first["session"]
     assert "cycle 1" in first["status"] and first["run_timer"].active and sess.running
     tick = live.on_run_tick(sess, "an edited prompt box", *ui(max_new_tokens=M))

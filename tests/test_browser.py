@@ -13,6 +13,7 @@ import pytest
 
 from eagle2.decoding.race import RaceSettings
 from ui.screenshot import chromium, open_page, serve_app, step, wait_model_ready, wait_status
+from ui import outputs
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]  # a real server and browser on the default model
 
@@ -323,7 +324,7 @@ def test_a_queued_step_shows_its_place_in_the_queue(browser, real_bundle, monkey
     try:
         url = f"http://127.0.0.1:{port}/"
         other = Client(url, verbose=False, download_files=False).submit(
-            "HOLD", *[controls[n] for n in handlers.CONTROLS], api_name="/step")
+            "HOLD", *[controls[n] for n in outputs.CONTROLS], api_name="/step")
         assert held.wait(60), "the other visitor's step never started"
         ctx, page = open_page(browser, url, **VIEWPORT)
         assert page.locator("#prompt textarea").input_value().strip()          # an example, ready to Step

@@ -21,11 +21,13 @@ from ui.page import launch, tab_closed
 from ui.screenshot import free_port
 from ui.session import Session
 from page_controls import STEP_API, ui
+from ui import outputs
+from ui.status import live_status
 
 SKIP = type(gr.skip())
 live = handlers.Live()
 SETTINGS = dict(policy="eagle2", compare="static", total_tokens=8, depth=3, top_k=4, max_new_tokens=40)
-FOLLOW_API = [n for n in handlers.FOLLOW if n != "session"]
+FOLLOW_API = [n for n in outputs.FOLLOW if n != "session"]
 WAIT = 90.0
 
 
@@ -147,7 +149,7 @@ def test_only_the_presenter_drives(tiny):
     ran = live.on_run(live.on_follow(None, pres["follow_code"], OPEN)["session"], "w4 w4", *ui(**SETTINGS), OPEN)
     assert ran["session"] is not sess
     live.on_reset(live.on_follow(None, pres["follow_code"], OPEN)["session"])
-    assert cycle_of(handlers.live_status(sess)) == 1 and sess.presentation is not None
+    assert cycle_of(live_status(sess)) == 1 and sess.presentation is not None
     assert cycle_of(step(sess)["status"]) == 2
 
 
@@ -162,7 +164,7 @@ def test_a_followers_refused_step_keeps_it_following(tiny):
         out = live.on_step(f, "  ", *ui(**SETTINGS), OPEN)
     assert isinstance(out["session"], SKIP) and f.following.code == code
     assert f"Following **{code}**" in out["status"] and "prompt is empty" in out["status"]
-    assert "1 following" in handlers.live_status(sess)
+    assert "1 following" in live_status(sess)
 
 
 def test_break_away_and_come_back_keeps_the_own_race(tiny):
@@ -171,11 +173,11 @@ def test_break_away_and_come_back_keeps_the_own_race(tiny):
     step(sess)
     f = live.on_follow(None, code, OPEN)["session"]
     mine = step(f, "w11 w12")["session"]                             # break away with its own prompt
-    assert cycle_of(handlers.live_status(mine)) == 1
+    assert cycle_of(live_status(mine)) == 1
     back = live.on_follow(mine, code, OPEN)                          # Follow: the presenter's race again
     assert "cycle 1 " in back["status"] and "Following" in back["status"] and back["session"] is mine
     again = step(back["session"], "w11 w12")["session"]               # its own race goes on
-    assert again is mine and cycle_of(handlers.live_status(mine)) == 2
+    assert again is mine and cycle_of(live_status(mine)) == 2
 
 
 def test_a_presentation_ends_and_its_followers_are_told(tiny):
@@ -241,11 +243,11 @@ def test_the_mark_route_answers_a_followers_tab_from_memory(tiny):
     first = ask(code.lower(), "tab-7")
     assert first == live.on_follow_tick(f)["follow_mark"] and first.startswith(f"{code}:")
     step(sess)
-    assert ask(code, "tab-7") != first and "1 following" in handlers.live_status(sess)
+    assert ask(code, "tab-7") != first and "1 following" in live_status(sess)
     step(f, "w2 w2")                                                   # a break-away
-    assert ask(code, "tab-7") == classroom.OFF and "0 following" in handlers.live_status(sess)
+    assert ask(code, "tab-7") == classroom.OFF and "0 following" in live_status(sess)
     live.on_follow(f, code, OPEN, SimpleNamespace(session_hash="tab-7"))   # and back, from the same tab
-    assert ask(code, "tab-7").startswith(f"{code}:") and "1 following" in handlers.live_status(sess)
+    assert ask(code, "tab-7").startswith(f"{code}:") and "1 following" in live_status(sess)
     for bad in (("", "tab-7"), (code, ""), ("0O0O0O", "tab-7"), ("x" * 10_000, "t"), (code + "Z", "tab-7")):
         assert ask(*bad) == classroom.OFF
     live.on_unpresent(sess)

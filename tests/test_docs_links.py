@@ -66,3 +66,53 @@ def test_the_layout_page_names_every_module():
                for p in sorted((REPO / part).rglob("*.py"))
                if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in doc]
     assert not missing, f"docs/layout.md does not name: {missing}"
+
+
+NAMED_PAGES = ["layout.md", "cli.md", "algorithms.md", "app.md", "serving.md", "training.md"]
+CODE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+FILE_EXTS = (".py", ".h", ".cpp", ".sh", ".md", ".txt", ".toml", ".json", ".jsonl", ".safetensors", ".css")
+# named in the docs, not this repository's: SGLang's and vLLM's EAGLE-3 loader, the Hub's doc pages,
+# huggingface_hub's Xet uploader
+ELSEWHERE = {"llama_eagle3.py", "spaces-gpus.md", "spaces-overview.md", "spaces-zerogpu.md", "hf_xet"}
+
+
+def tracked_files() -> list[str]:
+    import subprocess
+    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def code_text() -> str:
+    """The project's code and configuration (not its docs, data or weights), as one text."""
+    return "\n".join((REPO / f).read_text(encoding="utf-8", errors="replace") for f in tracked_files()
+                     if f.endswith((".py", ".h", ".cpp", ".sh", ".toml", ".css", ".txt"))
+                     and not f.startswith("benchmarks/"))
+
+
+@pytest.mark.parametrize("name", NAMED_PAGES)
+def test_the_docs_name_only_what_exists(name):
+    """What a page names in backticks exists: a file (by path; by name for a module or a file the
+    code writes), or, for a code name with an underscore or a dot (`load_bundle`,
+    `Decoder.speculate`), every part of it somewhere in the code. A renamed function or a deleted
+    file shows here, not in a reader's search."""
+    files = tracked_files()
+    basenames = {f.rsplit("/", 1)[-1] for f in files}
+    code = code_text()
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
+    missing = []
+    for tok in re.findall(r"`([^`\n]+)`", prose((REPO / "docs" / name).read_text(encoding="utf-8"))):
+        t = tok.strip().removesuffix("()").rstrip("/")
+        if " " in t or "*" in t or "{" in t or "<" in t or t.startswith(("-", "$", "http")) or t in ELSEWHERE:
+            continue
+        if t.endswith(FILE_EXTS) and CODE_NAME.fullmatch(t.rsplit("/", 1)[-1].rsplit(".", 1)[0].replace("-", "_")):
+            if "/" in t:
+                ok = (REPO / t).exists() or any(f.endswith(t) for f in files) or t.startswith(("~", "/"))
+            else:   # a module, or a file the code writes (a cache, an index)
+                ok = t in basenames or f'"{t}"' in code
+        elif CODE_NAME.fullmatch(t) and ("_" in t or "." in t):
+            ok = all(part in words for part in t.split("."))
+        else:
+            continue
+        if not ok:
+            missing.append(tok)
+    assert not missing, f"docs/{name} names what is not in the repository: {sorted(set(missing))}"

@@ -40,7 +40,16 @@ def test_the_steps_in_order_on_cuda_within_the_budget(tmp_path):
         assert "--device cuda" in steps[name], name
     assert "plain\\,eagle2\\,static\\,eagle2-auto" in steps["bench-float32"]
     assert "--out" in steps["record-writing-greedy"] and "traces/gpu-writing-greedy.json" in steps["record-writing-greedy"]
-    assert "GPU_CHECK_BUDGET:-330" in SCRIPT.read_text()   # about 6 minutes on an H100, all steps together
+
+
+def test_a_spent_budget_skips_every_step_at_once(tmp_path):
+    """Past its budget the check starts nothing: each step is written down as skipped and the run
+    ends in seconds (a lent GPU's minutes are never spent waiting on a step that cannot finish)."""
+    r = run(tmp_path, 60, GPU_CHECK_BUDGET="4")
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split("\t") for ln in (tmp_path / "out" / "steps.tsv").read_text().splitlines()[1:]]
+    assert [row[0] for row in rows] == STEPS and all(row[1] == "skipped" for row in rows), rows
+    assert not list((tmp_path / "out" / "logs").iterdir())
 
 
 def test_the_carried_wheels_are_the_pinned_versions():

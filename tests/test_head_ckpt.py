@@ -2,8 +2,8 @@
 
 Synthetic checkpoints are written for each layout variant (fc with / without bias, Qwen2 q/k/v
 biases, pytorch_model.bin, reduced vocabulary with d2t and optionally its own LM head, no stored
-embedding); eagle2.model.head.load_head must return exactly those tensors, the head's maths must equal a
-transformers LlamaDecoderLayer with an identity input norm, save_head -> load_head must round-trip,
+embedding); eagle2.model.loading.load_draft_head must return exactly those tensors, the head's maths must equal a
+transformers LlamaDecoderLayer with an identity input norm, save_head -> load_draft_head must round-trip,
 and corrupt or mismatched checkpoints must raise UserError with a clear message.
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
-from eagle2.model.head import EagleHead, load_head, save_head
+from eagle2.model.head import EagleHead, save_head
+from eagle2.model.loading import load_draft_head
 from eagle2.model.llama import LlamaArgs
 from eagle2.model.loading import load_bundle
 
@@ -104,7 +105,7 @@ def test_official_layout_loads(tmp_path, target, variant):
     cfg_extra, st_kw, fmt = VARIANTS[variant]
     state = head_state(seed=zlib.crc32(variant.encode()) % 1000, **st_kw)
     ck = write_ckpt(tmp_path / variant, head_cfg(**cfg_extra), state, fmt)
-    head, own = load_head(ck, targs)
+    head, own = load_draft_head(ck, targs)
 
     # every tensor round-trips exactly
     sd = head.state_dict()
@@ -186,7 +187,7 @@ def test_head_math_matches_transformers_layer(tmp_path, target, variant):
     cfg_extra, st_kw, fmt = VARIANTS[variant]
     state = head_state(seed=7, **st_kw)
     cfg = head_cfg(**cfg_extra)
-    head, _ = load_head(write_ckpt(tmp_path / variant, cfg, state, fmt), targs)
+    head, _ = load_draft_head(write_ckpt(tmp_path / variant, cfg, state, fmt), targs)
     head.eval()
     T = 9
     g = torch.Generator().manual_seed(3)
@@ -231,7 +232,7 @@ def test_save_load_roundtrip(tmp_path, target, kind):
     cfg = LlamaConfig.from_pretrained(str(out))
     assert cfg.num_hidden_layers == 1 and cfg.hidden_size == H
 
-    loaded, own = load_head(out, targs)
+    loaded, own = load_draft_head(out, targs)
     assert own is None
     a, b = head.state_dict(), loaded.state_dict()
     assert a.keys() == b.keys()
@@ -245,7 +246,7 @@ def test_save_load_roundtrip(tmp_path, target, kind):
     st = load_file(str(small / "model.safetensors"))
     assert set(st) == official - {"embed_tokens.weight"}
     assert all(v.dtype == torch.float16 for k, v in st.items() if k != "d2t")
-    loaded2, _ = load_head(small, targs)
+    loaded2, _ = load_draft_head(small, targs)
     assert not loaded2.has_embed
     for k, v in head.state_dict().items():
         if k != "embed_tokens.weight":
@@ -330,7 +331,7 @@ def test_corrupt_checkpoint_is_a_user_error(tmp_path, target, kind, monkeypatch)
     folder = tmp_path / "head"
     fragment = corrupt(folder, kind)
     with pytest.raises(UserError) as ei:
-        load_head(folder, targs)
+        load_draft_head(folder, targs)
     msg = str(ei.value)
     assert fragment.lower() in msg.lower(), msg
     assert "\n" not in msg and len(msg) < 400

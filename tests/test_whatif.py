@@ -13,7 +13,8 @@ from eagle2.cycle.trace import StepTrace
 from eagle2.cycle.tree import DraftTree
 from eagle2.model.verify_times import RECORD_KEY, VerifyTimes
 from eagle2.policies.registry import TRACES
-from viz.charts import forward_speedup, series, truncate
+from eagle2.cycle.series import series
+from viz.charts import forward_speedup, truncate
 from viz.whatif import PriceTable, gpu_model_table, price_run, price_table_from_trace, run_cycles, whatif_chart
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,11 +25,10 @@ from .classroom import CLASSROOM
 from .classroom_events import ClassroomEvents, break_away
 from .dashboard import ACCEPT, DASH, NAMES, PANELS, render, render_panel, toggle
 from .model import MODEL
-from .outputs import (CONTROLS, EXPLAIN, FOLLOW, LIVE, N_SETTINGS, PANELS_STATE, PRESENT, REPLAY, RUN,  # noqa: F401  (the page and the tests read them here)
-                      TICK, skip)
+from .outputs import LIVE, N_SETTINGS, PANELS_STATE, REPLAY, RUN, skip
 from .outputs import warn as _warn
 from .session import Session, Settings
-from .status import live_status, race_status, refused_status  # noqa: F401  (the page's tests read them here)
+from .status import live_status, race_status, refused_status
 from .traces import load_view, read_upload, shipped_traces
 from .view import VIZ_KEY, View
 

@@ -12,7 +12,8 @@ from viz.tokens import TOKEN_CSS
 
 from . import gpu_record
 from .dashboard import ACCEPT, OPEN, render
-from .handlers import REPLAY_SOURCE, Explain, Replay, live_status, trace_info
+from .handlers import REPLAY_SOURCE, Explain, Replay, trace_info
+from .status import live_status
 from .classroom import CLASSROOM, MARK_ROUTE, mark_route
 from .model import MODEL
 from . import session as live_sessions

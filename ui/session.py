@@ -11,12 +11,12 @@ from collections import OrderedDict
 import viz
 from eagle2 import config
 from eagle2.decoding.race import ROLES, Race, RaceSettings
+from eagle2.cycle.series import Series, extend_series
+from eagle2.cycle.series import series as make_series
 from eagle2.cycle.trace import Trace
 from eagle2.devices import device_kind as engine_device_kind
 from eagle2.errors import UserError
 from eagle2.heap import trim_heap
-from viz.charts import Series, extend_series
-from viz.charts import series as make_series
 
 from .model import MODEL
 from .view import View

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import viz
-from eagle2.cycle.trace import VIZ_KEY, Trace  # noqa: F401  (VIZ_KEY: the page's modules read it here)
+from eagle2.cycle.series import series as make_series
+from eagle2.cycle.trace import VIZ_KEY, Trace
 from eagle2.errors import UserError
 from eagle2.policies.registry import TRACES
-from viz.charts import series as make_series
 
 
 @dataclass

@@ -7,7 +7,7 @@
 """
 from .acceptance_whatif import acceptance_whatif_chart, chain_speedup, chain_tokens, depth_counts
 from .charts import (acceptance_histogram, calibration_chart, calibration_data, depth_acceptance, depth_chart,
-                     forward_speedup, lossy_summary, metrics, metrics_html, race_chart, series, speedup_chart,
+                     forward_speedup, lossy_summary, metrics, metrics_html, race_chart, speedup_chart,
                      speedup_series)
 from .explain import Phase, explain_figure, explain_text, phases
 from .phase_chart import measured_why, per_token_ms, phase_chart
@@ -20,6 +20,6 @@ __all__ = ["Phase", "acceptance_histogram", "acceptance_whatif_chart", "chain_sp
            "depth_counts", "calibration_chart", "calibration_data",
            "cycle_table", "depth_acceptance", "depth_chart", "empty_figure", "forward_speedup", "gpu_model_table",
            "lossy_summary", "explain_figure", "explain_text", "layout", "measured_why", "metrics", "metrics_html", "path_nodes",
-           "per_token_ms", "phase_chart", "phases", "price_run", "price_table_from_trace", "race_chart", "series",
+           "per_token_ms", "phase_chart", "phases", "price_run", "price_table_from_trace", "race_chart",
            "speedup_chart", "speedup_series", "token_stream_html",
            "tree_figure", "tree_graph", "whatif_chart"]

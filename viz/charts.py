@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from eagle2.cycle.trace import PER_CYCLE, PRICING, Series, extend_series, series, verified  # noqa: F401  (the page builds series here)
+from eagle2.cycle.series import PER_CYCLE, PRICING, Series
 
 from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure

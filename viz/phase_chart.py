@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from eagle2.cycle.trace import PHASE_TEXT, PHASES
+from eagle2.cycle.series import Series
+from eagle2.phases import PHASE_TEXT, PHASES
 
-from .charts import Series
 from .common import base_layout, new_figure
 from .tree_graph import empty_figure
 

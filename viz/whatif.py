@@ -12,7 +12,7 @@ the prefill, which both sides pay alike:
 N_c = tokens verified in cycle c, root included. Only ratios matter, so a modelled table may be
 unitless. A flat table (t(N) = t(1), free drafting) gives the speedup in target forwards (~tau);
 the steeper t(N) grows with N, the more a big tree costs. Runs are series dicts
-(viz.charts.series) or lists of StepTraces.
+(eagle2.cycle.series.series) or lists of StepTraces.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ import plotly.graph_objects as go
 
 from eagle2.model.verify_times import RECORD_KEY, VerifyTimes
 
-from .charts import Series, colour, priced, series, speedup_series
+from eagle2.cycle.series import Series, series
+
+from .charts import colour, priced, speedup_series
 from .common import base_layout, new_figure
 from .tree_graph import empty_figure
 

@@ -27,10 +27,8 @@ from pydantic_core import to_json
 from typing_extensions import TypedDict   # pydantic reads typing's own only from Python 3.12
 
 from ..errors import UserError
-from ..phases import PHASE_TEXT, PHASES, split_of  # noqa: F401  (viz reads the phases from the trace types)
 from .checked import CHECKED, OPEN, AcceptedCount, Number, broken
-from .series import (PER_CYCLE, PRICING, RecordedSeries, Series, extend_series, series,  # noqa: F401  (viz reads
-                     verified)                       # the series type and its builders here)
+from .series import RecordedSeries
 from .tree import DraftTree, R, TreeRecord
 
 SCHEMA = "eagle2-viz/trace/v2"

@@ -98,10 +98,6 @@ class DraftTree(Generic[R]):
         idx = [i for i, k in enumerate(self.kept) if k]
         return sorted(idx, key=lambda i: (self.depths[i], i))
 
-    def children(self, i: int, kept_only: bool = True) -> list[int]:
-        ch = [j for j, p in enumerate(self.parents) if p == i and (self.kept[j] or not kept_only)]
-        return sorted(ch, key=lambda j: self.ranks[j])
-
     def close_under_parents(self) -> None:
         for i in range(len(self.tokens)):
             if self.kept[i]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..cycle.sampling import SamplingParams
-from ..cycle.trace import VIZ_KEY, StepTrace, Trace, series
+from ..cycle.series import series
+from ..cycle.trace import VIZ_KEY, StepTrace, Trace
 from ..errors import UserError, check
 from ..model.timing import verify_profile
 from ..model.verify_times import RECORD_KEY

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from ..cycle.trace import DEVICE_NAME, VIZ_KEY, Trace, series
+from ..cycle.series import series
+from ..cycle.trace import DEVICE_NAME, VIZ_KEY, Trace
 from ..devices import device_kind, is_cuda
 from ..errors import check
 from ..machine import cpu_info

@@ -259,16 +259,10 @@ def load_weights(head: DraftHead, state: dict, folder: Path, layout: str) -> Non
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
 
 
-def load_head(folder: Path, target_args: LlamaArgs) -> tuple[EagleHead, torch.Tensor | None]:
-    """Load an EAGLE-1/2 head; returns (head, own LM head weight or None). Clear errors for a
-    missing, corrupt or mismatched checkpoint."""
-    cfg, state = read_checkpoint(folder)
-    return head_from_checkpoint(Path(folder), cfg, state, target_args)
-
-
 def head_from_checkpoint(folder: Path, cfg: dict, state: dict,
                          target_args: LlamaArgs) -> tuple[EagleHead, torch.Tensor | None]:
-    """load_head on a checkpoint already read (read_checkpoint)."""
+    """An EAGLE-1/2 head from a checkpoint already read (read_checkpoint); returns (head, its own LM
+    head weight or None). loading.load_draft_head reads a folder and picks the layout."""
     args = head_args(cfg, target_args)
     args.qkv_bias = "layers.0.self_attn.q_proj.bias" in state
     draft_ids = None

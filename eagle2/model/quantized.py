@@ -126,16 +126,6 @@ class QMatrix:
         N, nb = self.d.shape
         return N * nb * (20 if self.kind == Q4_1 else 34)
 
-    def dequantised(self) -> torch.Tensor:
-        """The fp32 values the blocks hold (what the fp32 forward would multiply by)."""
-        N, nb = self.d.shape
-        if self.kind == Q4_1:
-            q = torch.cat([self.qs.view(N, nb, 16) & 15, self.qs.view(N, nb, 16) >> 4], -1).float()
-            w = q * self.d[..., None] + self.m[..., None]
-        else:
-            w = self.qs.view(N, nb, QK).float() * self.d[..., None]
-        return w.reshape(N, nb * QK)
-
     def values(self) -> torch.Tensor:
         """The integer values [N, nb, 32] (Q4_1: 0..15, Q8_0: -127..127)."""
         N, nb = self.d.shape

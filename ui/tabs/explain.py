@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from .. import handlers as h
+from ..outputs import EXPLAIN
 from ..dashboard import slider_kw
 
 def build_explain_tab(sess: gr.State, rview: gr.State, init: dict | None) -> dict:
@@ -29,7 +30,7 @@ def build_explain_tab(sess: gr.State, rview: gr.State, init: dict | None) -> dic
                                   elem_id="explain-tree")
 
     inputs = [c["source"], sess, rview, c["cycle"], c["phase"]]
-    explain, outputs = h.Explain(c), [c[n] for n in h.EXPLAIN]
+    explain, outputs = h.Explain(c), [c[n] for n in EXPLAIN]
     c["source"].change(explain.on_explain_source, inputs, outputs)
     c["cycle"].input(explain.on_explain_cycle, inputs, outputs, trigger_mode="always_last")
     c["phase"].change(explain.on_explain, inputs, outputs)

@@ -7,6 +7,7 @@ import gradio as gr
 from eagle2.policies.registry import names as policy_names
 
 from .. import handlers as h
+from ..outputs import CONTROLS, FOLLOW, LIVE, PANELS_STATE, PRESENT, RUN, TICK
 from ..classroom import MARK_ROUTE, OFF
 from ..dashboard import ACCEPT, DASH, OPEN, build_dashboard
 from ..gpu_record import where as gpu_where
@@ -181,12 +182,12 @@ def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, dev
         with gr.Column(scale=4, elem_classes=["main"]):
             status = gr.Markdown(init_status, elem_id="live-status", elem_classes=["banner", "dash-status"])
             dash, sections = build_dashboard("live", init_dash, c["panels"].value)
-    out = {"session": sess, "status": status, h.PANELS_STATE: c["panels"], **dash,
+    out = {"session": sess, "status": status, PANELS_STATE: c["panels"], **dash,
            **{n: c[n] for n in ("run_timer", "follow_timer", "follow_mark", "follow_code", "follow_link", "prompt")}}
     live = h.Live(out, lambda s: h.live_view(s, init_view))
     wire(c, live, sections, ex_map)
     if page is not None:
-        page.load(live.on_open, [sess, c["panels"]], live.outputs(h.FOLLOW), show_progress="hidden",
+        page.load(live.on_open, [sess, c["panels"]], live.outputs(FOLLOW), show_progress="hidden",
                   api_visibility="private")
     return c, out
 
@@ -195,19 +196,19 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     """The tab's events: `c` its controls, `live` its handlers (made with its outputs and the View
     its dashboard shows), `sections` the dashboard's."""
     out = live.out
-    sess, panels, dash = out["session"], out[h.PANELS_STATE], {n: out[n] for n in DASH}
+    sess, panels, dash = out["session"], out[PANELS_STATE], {n: out[n] for n in DASH}
     # only the status line shows that a step is under way: a spinner over every output costs the
     # browser more than the step's own drawing. Its tracker text says where a waiting step stands
     # ("queue: 2/3 | 4.1s": the decode slots are shared by every visitor) and how long a running
     # one has taken; style.css keeps that text readable on the one-line status.
     busy = dict(concurrency_id="decode", show_progress_on=out["status"])
-    controls = [sess, c["prompt"]] + [c[n] for n in h.CONTROLS] + [panels, out[ACCEPT]]
-    outputs = live.outputs(h.LIVE)
+    controls = [sess, c["prompt"]] + [c[n] for n in CONTROLS] + [panels, out[ACCEPT]]
+    outputs = live.outputs(LIVE)
     c["step"].click(live.on_step, controls, outputs, api_name="step", **busy)
     c["prompt"].submit(live.on_step, controls, outputs, api_visibility="private", **busy)
     # Run: one Step now, then one queued Step per tick of the run timer (never a slot held for a
     # whole answer: other visitors' Steps and Runs take turns with it)
-    run_outputs = live.outputs(h.RUN)
+    run_outputs = live.outputs(RUN)
     c["run"].click(live.on_run, controls, run_outputs, api_name="run", **busy)
     c["run_timer"].tick(live.on_run_tick, controls, run_outputs, api_name="run_next", **busy)
     c["stop"].click(h.on_stop, [sess], None, queue=False, show_progress="hidden")
@@ -216,17 +217,17 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
     # each, no event stream), and a tick that finds nothing new returns two plain values, no
     # component update: through the queue a poll cost the server ~30 ms of Python under the GIL,
     # and 40 followers made the presenter's Step 10x slower (benchmarks/classroom-follow/).
-    present = live.outputs(h.PRESENT)
+    present = live.outputs(PRESENT)
     c["present"].click(live.on_present, [sess], present, api_name="present", show_progress="hidden")
     c["unpresent"].click(live.on_unpresent, [sess], present, api_name="unpresent", show_progress="hidden")
-    follow = live.outputs(h.FOLLOW)
+    follow = live.outputs(FOLLOW)
     lane = dict(queue=False, show_progress="hidden")
     c["follow"].click(live.on_follow, [sess, c["follow_input"], panels], follow, api_name="follow", **lane)
     c["follow_input"].submit(live.on_follow, [sess, c["follow_input"], panels], follow, api_visibility="private",
                              **lane)
     mark = [c["follow_mark"], c["follow_poke"]]
     c["follow_timer"].tick(None, mark, mark, js=FOLLOW_TICK_JS, **lane)
-    c["follow_poke"].change(live.on_follow_tick, [sess], live.outputs(h.TICK), api_name="follow_tick", **lane)
+    c["follow_poke"].change(live.on_follow_tick, [sess], live.outputs(TICK), api_name="follow_tick", **lane)
     c["follow_mark"].change(live.on_follow_frame, [sess, panels], follow, api_name="follow_frame", **lane)
     for pressed in (c["follow"].click, c["follow_input"].submit, c["present"].click):
         pressed(None, None, [c["follow_mark"]], js="() => ''", **lane)   # the next tick asks where the tab stands
@@ -237,7 +238,7 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
         event(live.on_live_view, view + [out[ACCEPT]], live.outputs(DASH), trigger_mode="always_last",
               show_progress="hidden")
     c["side_by_side"].change(live.side_by_side, [sess, c["side_by_side"], *view[1:]],
-                             live.outputs((h.PANELS_STATE, "compare")), show_progress="hidden",
+                             live.outputs((PANELS_STATE, "compare")), show_progress="hidden",
                              api_visibility="private")
     wire_sections(sections, view, live)
     c["export"].click(h.on_export_live, [sess], [c["files"]])

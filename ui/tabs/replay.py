@@ -4,6 +4,7 @@ from __future__ import annotations
 import gradio as gr
 
 from .. import handlers as h
+from ..outputs import PANELS_STATE, REPLAY
 from ..dashboard import ACCEPT, DASH, OPEN, build_dashboard
 from .live import COLOUR_CHOICES
 from .sections import wire_sections
@@ -33,12 +34,12 @@ def build_replay_tab(rview: gr.State, traces: dict, init_dash: dict | None, init
                     c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
         with gr.Column(scale=4, elem_classes=["main"]):
             dash, sections = build_dashboard("replay", init_dash, c["panels"].value)
-    out = {"view": rview, "info": info, h.PANELS_STATE: c["panels"], **dash}
+    out = {"view": rview, "info": info, PANELS_STATE: c["panels"], **dash}
 
     replay = h.Replay(out)
     load_in = [c["pick"], c["upload"], dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"], dash[ACCEPT]]
-    c["pick"].change(replay.on_replay_pick, load_in, replay.outputs(h.REPLAY))
-    c["upload"].upload(replay.on_replay_load, load_in, replay.outputs(h.REPLAY))
+    c["pick"].change(replay.on_replay_pick, load_in, replay.outputs(REPLAY))
+    c["upload"].upload(replay.on_replay_load, load_in, replay.outputs(REPLAY))
     redraw = [rview, dash["cycle"], c["colour_by"], c["show_dropped"], c["panels"]]
     for event in (dash["cycle"].input, c["colour_by"].change, c["show_dropped"].change):
         event(replay.on_replay_view, redraw + [dash[ACCEPT]], replay.outputs(DASH), trigger_mode="always_last",
