@@ -24,10 +24,11 @@ from eagle2 import config
 from eagle2.decoding.recorded_race import DIGITS, record
 from eagle2.errors import UserError
 from eagle2.policies.registry import TRACES
+from eagle2.cycle.trace import VIZ_KEY
 
 from .model import MODEL
 from .outputs import REPLAY, skip
-from .view import VIZ_KEY, View
+from .view import View
 
 log = logging.getLogger(__name__)
 

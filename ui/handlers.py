@@ -18,7 +18,7 @@ from typing import Callable
 import gradio as gr
 
 import viz
-from eagle2.cycle.trace import Trace
+from eagle2.cycle.trace import Trace, VIZ_KEY
 from eagle2.errors import UserError
 
 from .classroom import CLASSROOM
@@ -30,7 +30,7 @@ from .outputs import warn as _warn
 from .session import Session, Settings
 from .status import live_status, race_status, refused_status
 from .traces import load_view, read_upload, shipped_traces
-from .view import VIZ_KEY, View
+from .view import View
 
 # Where "Explain a cycle" takes its cycles from
 LIVE_SOURCE, REPLAY_SOURCE = "Live session", "Replay trace"

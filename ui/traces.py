@@ -9,9 +9,10 @@ from pathlib import Path
 from eagle2.errors import UserError
 from eagle2.model.weights import ASSETS
 from eagle2.policies.registry import TRACES
+from eagle2.cycle.trace import VIZ_KEY
 
 from .session import DEFAULTS, Session, Settings
-from .view import VIZ_KEY, View
+from .view import View
 
 TRACES_DIR = ASSETS / "traces"
 EXAMPLES_FILE = ASSETS / "prompts" / "examples.json"

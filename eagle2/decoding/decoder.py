@@ -29,7 +29,7 @@ from ..model.activity import DECODING
 from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
-from ..model.timing import sync
+from ..model.timing import syncer
 from ..phases import PHASES, PhaseClock, grouped, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
@@ -77,6 +77,7 @@ class Decoder:
     def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,
                  max_new_tokens: int = 128, record: bool = True, **policy_kw):
         self.b = bundle
+        self._sync = syncer(bundle.device)   # before each clock reading (a GPU's work is asynchronous)
         self.sampling = sampling or SamplingParams()
         self.sampling.validate()
         check(isinstance(max_new_tokens, int) and 1 <= max_new_tokens <= MAX_NEW_TOKENS,
@@ -280,7 +281,7 @@ class Decoder:
         return self.state
 
     def _now(self) -> float:
-        sync(self.b.device)
+        self._sync()
         return time.perf_counter()
 
     def _clock(self) -> PhaseClock:

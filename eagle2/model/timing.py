@@ -33,10 +33,12 @@ GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 log = logging.getLogger(__name__)
 
 
-def sync(dev: torch.device) -> None:
-    """Wait for the device, so a wall-clock reading covers the work (CUDA runs asynchronously)."""
+def syncer(dev: torch.device):
+    """What to call before each wall-clock reading on `dev`, decided once: CUDA runs asynchronously,
+    so a reading there must wait for the device to cover the work; a CPU's work is done on return."""
     if is_cuda(dev):
-        torch.cuda.synchronize(dev)
+        return lambda: torch.cuda.synchronize(dev)
+    return lambda: None
 
 
 @torch.no_grad()
@@ -60,7 +62,7 @@ def timer(call):
     return Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
 
 
-def interleaved_medians(dev: torch.device, variants: dict, call, repeats: int) -> dict[str, float]:
+def interleaved_medians(variants: dict, call, repeats: int) -> dict[str, float]:
     """Median seconds of `call()` under each variant (`variants[name]()` switches to it), the
     variants taken in turn within every repeat (fair against machine drift); one warm-up round."""
     times = {name: [] for name in variants}
@@ -96,7 +98,7 @@ def time_forwards(forwards: dict, sizes, context: int = 256, repeats: int = 5,
         mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
         now = {}
         variants = {name: (lambda name=name: now.update(f=forwards[name], c=caches[name])) for name in forwards}
-        out[n] = interleaved_medians(dev, variants, lambda: now["f"].verify(now["c"], toks, pos, mask), repeats)
+        out[n] = interleaved_medians(variants, lambda: now["f"].verify(now["c"], toks, pos, mask), repeats)
     return out
 
 

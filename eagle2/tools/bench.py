@@ -28,7 +28,7 @@ from ..decoding.decoder import Decoder
 from ..errors import check
 from ..model.chat import chat_ids
 from ..model.loading import load_bundle
-from ..model.timing import cached_times, sync
+from ..model.timing import cached_times, syncer
 from ..model.verify_times import RECORD_KEY
 from ..phases import FORWARDS, PHASES, key as phase_key
 from ..devices import is_cuda
@@ -133,11 +133,12 @@ class HFBaseline:
         if self.lookup:
             kw["prompt_lookup_num_tokens"] = 10
         self.calls = 0
-        sync(dev)
+        sync = syncer(dev)
+        sync()
         t0 = time.perf_counter()
         with torch.no_grad():
             out = self.model.generate(x, attention_mask=torch.ones_like(x), **kw)
-        sync(dev)
+        sync()
         wall = time.perf_counter() - t0
         new = out[0, len(ids):].tolist()
         return {"token_ids": new, "new_tokens": len(new), "target_forwards": self.calls, "wall_s": wall}

@@ -57,7 +57,7 @@ def draft_calls_s(bundle, grid=(1, 4, 10, 16), context: int = 256, tree: int = 2
         toks = torch.randint(0, a.vocab_size, (k,), device=dev)
         pos = torch.full((k,), context + 2, device=dev)
         mask = torch.cat([torch.rand(k, tree, device=dev) < 0.2, torch.eye(k, dtype=torch.bool, device=dev)], 1)
-        out[k] = interleaved_medians(dev, {"": lambda: None},
+        out[k] = interleaved_medians({"": lambda: None},
                                      lambda: draft.step(cache, g, toks, pos, context + tree, mask, 10), repeats)[""]
     return out
 
