@@ -6,11 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from eagle2.decoding.race import Race, RaceSettings
+from eagle2.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = RaceSettings(total_tokens=10, depth=3, top_k=4, max_new_tokens=40)
@@ -250,35 +252,30 @@ def test_a_step_writes_no_file(tiny_bundle, tmp_path, monkeypatch):
     assert [w[1] for w in writes] == [str(tmp_path / "control.txt")]
 
 
-def test_a_step_builds_each_policy_once(tiny_bundle, monkeypatch):
-    """The page checks its settings (validate) and applies them (apply) at every Step: a policy
-    whose parameters changed is built once, then run; one that did not is not built at all."""
-    import dataclasses
-    from eagle2.policies.eagle2 import Eagle2Policy
-    from eagle2.policies.static import StaticPolicy
-    built = []
-    for cls in (Eagle2Policy, StaticPolicy):
-        init = cls.__init__
-        monkeypatch.setattr(cls, "__init__", lambda self, *a, _i=init, **kw: built.append(self) or _i(self, *a, **kw))
-    r = Race()
+def test_settings_are_values_and_a_race_keeps_its_policies_until_they_change(tiny_bundle):
+    """Settings compare and hash by value and checking them leaves nothing behind. The page applies
+    them at every Step: a policy whose parameters did not change keeps running (with what it has
+    learnt); one whose parameters changed is replaced by a new one; a new race starts afresh."""
     s = TINY.with_().validate()
+    assert s == TINY.with_() and hash(s) == hash(TINY.with_()) and s.validate() is s
+    r = Race()
     r.start(tiny_bundle, "w5 w9 w14 w3", s)
-    assert [type(p) for p in built] == [Eagle2Policy, StaticPolicy]
-    assert r.main.policy is built[0] and r.cmp.policy is built[1]    # the very policies validate() checked
-    r.tick()                                                         # a preview forks, it builds nothing
-    assert len(built) == 2
-    s2 = dataclasses.replace(s, compare="eagle2", temperature=0.5).validate()   # the comparison changed
+    main, cmp = r.main.policy, r.cmp.policy
+    for _ in range(2):                                               # Steps with the same settings
+        assert r.apply(replace(s).validate()) == []
+        r.tick()
+        assert r.main.policy is main and r.cmp.policy is cmp
+    s2 = replace(s, compare="eagle2", temperature=0.5).validate()   # the comparison changed
     r.apply(s2)
     r.tick()
-    assert len(built) == 3 and r.main.policy is built[0] and r.cmp.policy is built[2]
-    s3 = dataclasses.replace(s2, depth=2).validate()                 # the tree changed: both policies
+    assert r.main.policy is main and r.cmp.policy is not cmp and r.cmp.policy_name == "eagle2"
+    cmp2 = r.cmp.policy
+    s3 = replace(s2, depth=2).validate()                             # the tree changed: both policies
     r.apply(s3)
     r.tick()
-    assert len(built) == 5 and {id(r.main.policy), id(r.cmp.policy)} == set(map(id, built[3:]))
-    for _ in range(2):                                               # Steps with the same settings
-        r.apply(dataclasses.replace(s3).validate())
-        r.tick()
-    assert len(built) == 5
-    r2 = Race()                                                      # settings used again: fresh policies
+    assert r.main.policy is not main and r.cmp.policy is not cmp2 and r.main.policy.depth == 2
+    r2 = Race()                                                      # the same settings again: new policies
     r2.start(tiny_bundle, "w5 w9", s3)
-    assert len(built) == 7 and r2.main.policy is not r.main.policy
+    assert r2.main.policy is not r.main.policy and r2.cmp.policy is not r.cmp.policy
+    with pytest.raises(UserError, match="depth"):
+        replace(s, depth=0).validate()

@@ -8,7 +8,7 @@ drive it, and its tests need no Gradio.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..cycle.sampling import SamplingParams
 from ..cycle.series import series
@@ -17,19 +17,17 @@ from ..errors import UserError, check
 from ..model.timing import verify_profile
 from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
-from ..policies.registry import BASELINE, DEFAULT, PLAIN, default_policy, is_plain, make_policy
+from ..policies.registry import BASELINE, DEFAULT, PLAIN, check_policy, default_policy, is_plain, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder
 
 # Each decoder's role in the race, in the order of Race.decoders (a trace's series say which is which)
 ROLES = ("main", "compare", PLAIN)
 
-# (name, total tokens, depth, top k) of every policy built so far: valid, as a policy's checks
-# read only its parameters. Settings read again at every Step are then not built just to be checked.
-_VALID: set[tuple] = set()
-
 
 @dataclass(frozen=True)
 class RaceSettings:
+    """What a race runs: values only. `validate` checks them; the race builds its policies from
+    them (`policy_for`) when it starts and when they change."""
     policy: str = DEFAULT
     compare: str = BASELINE
     total_tokens: int = 60
@@ -40,9 +38,6 @@ class RaceSettings:
     seed: int = 0
     max_new_tokens: int = 64
     side_by_side: bool = True
-    # Not a setting: the policies validate() built to check them, kept for the race to run, so a
-    # Step builds each policy once (name -> policies, each handed on once).
-    _built: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def for_device(cls, kind: str) -> "RaceSettings":
@@ -58,34 +53,19 @@ class RaceSettings:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
 
     def validate(self) -> "RaceSettings":
-        """Every value checked before any model work (a UserError names the bad one). A policy is
-        checked by building it, once per parameter set: the race then runs that very policy."""
+        """Every value checked before any model work (a UserError names the bad one); returns self.
+        A policy's parameters are checked by its own rules (registry.check_policy)."""
         self.sampling().validate()
         for name in (self.policy, self.compare):
-            if not is_plain(name) and self._key(name) not in _VALID and not self._built.get(name):
-                self._built.setdefault(name, []).append(self._make(name))
+            if not is_plain(name):
+                check_policy(name, **self.tree)
         check(isinstance(self.max_new_tokens, int) and 1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
               f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {self.max_new_tokens!r}).")
         return self
 
-    def take_policy(self, name: str) -> TreePolicy | None:
-        """A policy of these settings for one decoder to own (None: plain): the one validate()
-        built if it is still there, else a new one (a decoder changes the policy it runs, so
-        none is handed on twice)."""
-        if is_plain(name):
-            return None
-        try:
-            return self._built.get(name, []).pop()   # one atomic pop: two threads never get the same one
-        except IndexError:
-            return self._make(name)
-
-    def _make(self, name: str) -> TreePolicy:
-        p = make_policy(name, **self.tree)
-        _VALID.add(self._key(name))
-        return p
-
-    def _key(self, name: str) -> tuple:
-        return (str(name).lower(), self.total_tokens, self.depth, self.top_k)
+    def policy_for(self, name: str) -> TreePolicy | None:
+        """A new policy of these settings for one decoder to own (None: plain)."""
+        return None if is_plain(name) else make_policy(name, **self.tree)
 
     def with_(self, **kw) -> "RaceSettings":
         return replace(self, **kw)
@@ -116,7 +96,7 @@ class Race:
     def start(self, bundle, prompt: str, s: RaceSettings) -> None:
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError("The prompt is empty: type something first (or pick an example).")
-        main, cmp = s.take_policy(s.policy), s.take_policy(s.compare)   # bad settings fail here, before any model work
+        main, cmp = s.policy_for(s.policy), s.policy_for(s.compare)   # bad settings fail here, before any model work
         decs = [Decoder(bundle, p, s.sampling(), max_new_tokens=s.max_new_tokens) for p in (main, cmp, None)]
         costs = verify_profile(bundle, measure=False)  # this machine's t(N): the what-if views price with it
         for d in decs:
@@ -131,7 +111,7 @@ class Race:
         if old is None or s == old:
             return []
         notes = []
-        changed = [(d, s.take_policy(name)) for d, name, was in
+        changed = [(d, s.policy_for(name)) for d, name, was in
                    ((self.main, s.policy, old.policy), (self.cmp, s.compare, old.compare))
                    if (name, s.tree) != (was, old.tree)]   # otherwise keep the policy's state (what it learnt)
         for d, policy in changed:

@@ -73,6 +73,13 @@ def policy_class(name: str):
     return REGISTRY[key][0]
 
 
+def check_policy(name: str, total_tokens=None, depth=None, top_k=None, **own) -> None:
+    """UserError unless these are valid parameters of the policy `name`. Its rules read only its
+    parameters, so this builds a throwaway instance (a dataclass of them: microseconds) and keeps
+    nothing."""
+    make_policy(name, total_tokens=total_tokens, depth=depth, top_k=top_k, **own)
+
+
 def make_policy(name: str, total_tokens=None, depth=None, top_k=None, **own):
     """A validated policy from the common tree flags (None = its default) and its own parameters."""
     p = policy_class(name).from_options(total_tokens=total_tokens, depth=depth, top_k=top_k, **own)
