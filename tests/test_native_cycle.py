@@ -210,3 +210,16 @@ def test_the_draft_kernels_refuse_a_cache_they_would_misread(tiny_e3):
         d.step(cache, torch.zeros(2, F), torch.tensor([1, 2]), torch.arange(2), 0)
     with pytest.raises(ValueError, match="features"):
         d.step(d.new_cache(16), torch.zeros(3, F), torch.tensor([1, 2]), torch.arange(2), 0)
+
+
+def test_a_tap_outside_the_layers_is_refused_not_left_unwritten(tiny_e3, monkeypatch):
+    """The forward copies the state entering each tapped layer into the head's features: a tap
+    outside 0..L, or one named twice, would leave a column of uninitialised memory. The kernels
+    refuse it with one line."""
+    f = tiny_e3.forward
+    good = list(f._taps)
+    for bad in ([good[0], good[0]] + good[2:], [f.args.n_layers + 1] + good[1:], [-1] + good[1:]):
+        monkeypatch.setattr(f, "_taps", (ctypes.c_int32 * len(bad))(*bad))
+        with pytest.raises(ValueError, match="must be distinct layers") as e:
+            f.verify(f.new_cache(8), torch.tensor([3, 4]), torch.tensor([0, 1]))
+        assert "\n" not in str(e.value)

@@ -130,10 +130,12 @@ inline int64_t argmax_row_ref(const float* x, int n) {
     return arg;
 }
 
+// The most candidates top_k_row ranks (its index buffer): qf_draft refuses a larger k.
+constexpr int TOPK_MAX = 1024;
+
 inline void top_k_row(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out) {
     int have = 0;
-    int32_t idx[1024];
-    if (k > 1024) k = 1024;
+    int32_t idx[TOPK_MAX];
     for (int j = 0; j < n; ++j) {
         if (have == k && !(x[j] > vals[k - 1])) continue;  // an equal value later loses to the earlier
         int p = have < k ? have++ : k - 1;

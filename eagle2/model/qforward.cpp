@@ -404,7 +404,7 @@ double qf_read_gbs(int64_t bytes, int threads, int repeats) { return read_gbs((s
 //   null): each row's argmax, the first of equal values as torch.argmax.
 //   prof: [threads, qf_ops()] seconds added per op and thread, or null.
 // Returns 0; -1 when a query would see more keys than the cache holds (a caller's bug), -2 for a
-// token or a position outside the tables.
+// token or a position outside the tables, -3 for a tap outside 0..L or named twice.
 int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const float* cos, const float* sin, int rows,
                uint16_t* kc, uint16_t* vc, int cap, int start, const int64_t* positions, const uint8_t* visible,
                const int32_t* taps, int ntaps, float* aux, float* logits, int64_t* best, int threads, double* prof) {
@@ -413,8 +413,10 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
     for (int t = 0; t < T; ++t)
         if (tokens[t] < 0 || tokens[t] >= md->vocab || positions[t] < 0 || positions[t] >= rows) return -2;
     std::vector<int> tap_of(md->L + 1, -1);  // the aux column of the state entering layer l
-    for (int k = 0; k < ntaps; ++k)
-        if (taps[k] >= 0 && taps[k] <= md->L) tap_of[taps[k]] = k;
+    for (int k = 0; k < ntaps; ++k) {  // each column filled exactly once, or nothing runs
+        if (taps[k] < 0 || taps[k] > md->L || tap_of[taps[k]] != -1) return -3;
+        tap_of[taps[k]] = k;
+    }
     std::vector<float> cs((size_t)T * hd), sn((size_t)T * hd);  // the rows of the tables at the positions
     for (int t = 0; t < T; ++t) {
         std::memcpy(cs.data() + (size_t)t * hd, cos + (size_t)positions[t] * hd, sizeof(float) * hd);
@@ -489,7 +491,8 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
 //   g [T, D] out: the layer's output (before the final norm), what children feed back.
 //   logp [T, V_draft] out: log-probabilities; top_vals, top_ids [T, k] out (k may be 0): the k best
 //   in order, ties to the lower index, ids as target ids.
-// Returns 0; -1 when the slots exceed the cache, -2 for a token or width it cannot take.
+// Returns 0; -1 when the slots exceed the cache, -2 for a token or width it cannot take, -3 for a
+// top k above TOPK_MAX.
 int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int width, int T, const float* cos,
              const float* sin, uint16_t* kc, uint16_t* vc, int cap, int committed, int start, const uint8_t* tree,
              float* g, float* logp, int k, float* top_vals, int64_t* top_ids, int threads) {
@@ -498,6 +501,7 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
     if (committed < 0 || start < committed || T < 1 || start + T > cap) return -1;
     const bool fc = width != D;
     if ((fc && (!m->fc.data || m->fc.K != width)) || k < 0 || k > V) return -2;
+    if (k > TOPK_MAX) return -3;
     for (int t = 0; t < T; ++t)
         if (tokens[t] < 0 || tokens[t] >= m->vocab) return -2;
     const int W = start + T - committed;

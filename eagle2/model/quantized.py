@@ -28,6 +28,7 @@ from . import native
 from .llama import KVCache, LlamaModel, rope_covering
 
 QK = 32            # values per block
+TOPK_MAX = 1024    # the most candidates the kernels rank a row (qattention.h's TOPK_MAX)
 Q4_1, Q8_0 = 0, 1  # qforward.cpp's QMat.type
 SOURCE = Path(__file__).with_name("qforward.cpp")
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h", "qtree.h"))
@@ -402,6 +403,9 @@ class KernelTarget:
         # what one forward streams: the blocks, and the norms
         self._streamed = sum(b for mats in self.sizes.values() for _, _, b in mats) + 4 * a.dim * (2 * a.n_layers + 1)
         self.aux_layers = tuple(aux_layers)
+        if any(not 0 <= t <= a.n_layers for t in self.aux_layers) or len(set(self.aux_layers)) != len(self.aux_layers):
+            raise UserError(f"The draft head reads layers {list(self.aux_layers)}: they must be distinct, in 0..{a.n_layers} "
+                            f"(this target's layers, {a.n_layers} the last one's output).")
         keep: list = []  # the packed copies the C structures point into, kept alive with this object
         c_layers = (_CLayer * a.n_layers)()
         for i, (blk, (attn_norm, ffn_norm)) in enumerate(zip(layers, norms)):
@@ -512,6 +516,8 @@ class KernelTarget:
                                  torch.get_num_threads(), _ptr(prof))
         if rc == -2:
             raise UserError("A token id or a position outside the model's vocabulary or its RoPE tables.")
+        if rc == -3:
+            raise ValueError(f"the q4_1 forward: taps {list(self._taps)} must be distinct layers in 0..{a.n_layers}")
         if rc != 0:
             raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
         return x, taps
@@ -611,6 +617,8 @@ class KernelDraft:
         cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
         k = min(k, self.vocab)
+        if k > TOPK_MAX:
+            raise ValueError(f"the draft head's step ranks at most {TOPK_MAX} candidates a row (asked {k})")
         g, logp = torch.empty(T, self.args.dim), torch.empty(T, self.vocab)
         top = (torch.empty(T, k), torch.empty(T, k, dtype=torch.int64)) if k else None
         rc = self.lib.qf_draft(ctypes.byref(self.c), toks.data_ptr(), feats.data_ptr(), feats.shape[-1], T,
@@ -619,6 +627,8 @@ class KernelDraft:
                                _ptr(top[0]) if top else None, _ptr(top[1]) if top else None, torch.get_num_threads())
         if rc == -1:
             raise RuntimeError("draft cache full")
+        if rc == -3:
+            raise ValueError(f"the draft head's step ranks at most {TOPK_MAX} candidates a row (asked {k})")
         if rc != 0:
             raise UserError("The draft head was given a token outside its vocabulary or features of a width it "
                             "does not read.")
