@@ -29,17 +29,6 @@ from lossless_cases import greedy_tokens
 pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
 
 
-def dequantised(m) -> torch.Tensor:
-    """The fp32 values a QMatrix's blocks hold (what the fp32 forward would multiply by): the
-    blocks' plain reading, written out here apart from the kernels it checks."""
-    N, nb = m.d.shape
-    if m.kind == Q.Q4_1:
-        q = torch.cat([m.qs.view(N, nb, 16) & 15, m.qs.view(N, nb, 16) >> 4], -1).float()
-        w = q * m.d[..., None] + m.m[..., None]
-    else:
-        w = m.qs.view(N, nb, Q.QK).float() * m.d[..., None]
-    return w.reshape(N, nb * Q.QK)
-
 
 @pytest.fixture(scope="module")
 def tiny_q4(tiny_target):
@@ -68,8 +57,8 @@ def test_ggml_blocks_round_trip_within_a_step():
     w = torch.randn(24, 96) * 0.2
     q4, q8 = Q.quantise_q4_1(w), Q.quantise_q8_0(w)
     step4 = (q4.d.repeat_interleave(32, 1))
-    assert ((dequantised(q4) - w).abs() <= 0.5 * step4 + 2e-3 * w.abs().max()).all()
-    assert ((dequantised(q8) - w).abs() <= 0.5 * q8.d.repeat_interleave(32, 1) + 1e-3 * w.abs().max()).all()
+    assert ((q4.dequantised() - w).abs() <= 0.5 * step4 + 2e-3 * w.abs().max()).all()
+    assert ((q8.dequantised() - w).abs() <= 0.5 * q8.d.repeat_interleave(32, 1) + 1e-3 * w.abs().max()).all()
     assert int(q4.values().max()) <= 15 and int(q8.values().abs().max()) <= 127
 
 
@@ -83,7 +72,7 @@ def test_the_kernels_multiply_by_the_blocks_values(tiny_q4, kind, n):
     cm = Q._cmat(m, keep)
     x = torch.randn(7, 64)
     y = _matmul(lib, cm, x, n)
-    ref = x @ dequantised(m).T
+    ref = x @ m.dequantised().T
     assert ((y - ref).norm() / ref.norm()).item() < 0.02  # only the activations' int8 rounding
 
 
@@ -308,8 +297,13 @@ def test_the_embedded_blocks_are_the_ggufs_own(real_q4, real_bundle, real_model_
         att, mlp = f.layers[i].self_attn, f.layers[i].mlp
         for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj), ("o", att.o_proj),
                           ("gate", mlp.gate_proj), ("down", mlp.down_proj)):
-            assert torch.equal(dequantised(layers[i][name]), lin.weight), f"layer {i} {name}"
-    assert torch.equal(dequantised(lm), f.lm_head.weight)
+            assert torch.equal(layers[i][name].dequantised(), lin.weight), f"layer {i} {name}"
+    assert torch.equal(lm.dequantised(), f.lm_head.weight)
+    norms, final = Q._gguf_norms(embedded_gguf(embedded_key("smollm2-135m")), f.args)
+    for i in (0, 17, 29):   # the norms the q4_1 backend reads from the GGUF: the fp32 model's
+        assert torch.equal(norms[i][0], f.layers[i].input_layernorm.weight)
+        assert torch.equal(norms[i][1], f.layers[i].post_attention_layernorm.weight)
+    assert torch.equal(final, f.norm.weight)
     assert torch.equal(real_q4.forward.embedding(), f.embed_tokens.weight)
     assert real_q4.target is None and real_q4.forward.streamed_bytes() < 100e6  # about a sixth of fp32's
 
@@ -365,9 +359,10 @@ def test_a_gguf_type_the_kernels_do_not_read_names_the_tensor(tmp_path, tiny_tar
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    model = load_target(folder, torch.device("cpu"), torch.float32)
+    from eagle2.model.head import EagleHead
+    args = load_target(folder, torch.device("cpu"), torch.float32).args
     with pytest.raises(UserError, match=r"blk\.0\.attn_q\.weight is F16.*--dtype float32"):
-        Q.kernel_target(model, tmp_path / "m.gguf")
+        Q.gguf_backends(args, tmp_path / "m.gguf", EagleHead(args), None)
 
 
 def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, monkeypatch, capsys):
@@ -418,12 +413,12 @@ def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target
 
 def test_the_embedding_is_read_from_the_blocks(tiny_q4, tiny_target):
     """The kernels look tokens up in the embedding's blocks (no fp32 table kept): the rows they
-    read are the blocks' values exactly, as dequantised computes them."""
+    read are the blocks' values exactly, as QMatrix.dequantised computes them."""
     from eagle2.model.loading import load_target
     folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
     model = load_target(folder, torch.device("cpu"), torch.float32)
     table = model.embed_tokens.weight if not model.args.tie_embeddings else model.lm_head.weight
-    assert torch.equal(tiny_q4.forward.embedding(), dequantised(Q.quantise_q8_0(table)))
+    assert torch.equal(tiny_q4.forward.embedding(), Q.quantise_q8_0(table).dequantised())
     with pytest.raises(IndexError):
         Q.rows_of(tiny_q4.forward.lib, tiny_q4.forward.c_embed, torch.tensor([97]))
 
@@ -484,3 +479,23 @@ def test_a_draft_step_ranks_at_most_topk_max_candidates(real_q4, monkeypatch):
             d.step(d.new_cache(8), feats, toks, pos, 0, k=1025)
     _, _, (vals, ids) = d.step(d.new_cache(8), feats, toks, pos, 0, k=1024)
     assert vals.shape == (1, 1024) and bool((vals[0, :-1] >= vals[0, 1:]).all())
+
+
+@pytest.mark.slow
+def test_the_embedded_model_in_q4_1_loads_from_its_gguf_alone(real_model_cache, monkeypatch):
+    """The q4_1 backend of the embedded model reads its GGUF's blocks and norms, never the fp32
+    model first (540 MB read to be thrown away): with the fp32 loader made to fail, it loads, and
+    its trees decode what plain decoding does (test_the_embedded_blocks_are_the_ggufs_own: the
+    blocks and norms it reads are the fp32 model's exactly)."""
+    import eagle2.model.loading as L
+    monkeypatch.setenv("EAGLE2_CACHE", str(real_model_cache))
+
+    def no_fp32(*a, **kw):
+        raise AssertionError("the fp32 target was read")
+    monkeypatch.setattr(L, "load_target", no_fp32)
+    b = L.load_bundle(dtype="q4_1")
+    assert b.precision == "q4_1" and isinstance(b.draft, Q.KernelDraft)
+    monkeypatch.undo()
+    monkeypatch.setenv("EAGLE2_CACHE", str(real_model_cache))
+    ids = [1, 504, 6147, 282]
+    assert greedy_tokens(b, "eagle2-auto", 24, input_ids=ids) == greedy_tokens(b, "plain", 24, input_ids=ids)

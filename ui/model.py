@@ -10,7 +10,7 @@ from pathlib import Path
 
 from eagle2.devices import is_cuda
 from eagle2.errors import UserError
-from eagle2.heap import trim_heap
+from eagle2.heap import transient_blocks_mapped, trim_heap
 from eagle2.policies.registry import default_policy
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ class ModelHolder:
         opts = dict(self.options)
         self.stage = "loading the target model and the draft head"
         try:
-            b = load_bundle(**opts)
+            with transient_blocks_mapped():
+                b = load_bundle(**opts)
         except UserError as e:
             if not is_cuda(opts.get("device")):
                 raise

@@ -121,7 +121,8 @@ def _weights_state(folder: Path) -> dict:
     return state
 
 
-def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> LlamaModel:
+def target_args(folder: Path) -> LlamaArgs:
+    """The target's sizes, from its config.json (a UserError for a model type this project does not run)."""
     try:
         cfg = json.loads((folder / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -129,7 +130,11 @@ def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> Llama
     if cfg.get("model_type") not in SUPPORTED:
         raise UserError(f"Model type {cfg.get('model_type')!r} is not supported; "
                         f"supported: {', '.join(sorted(SUPPORTED))}.")
-    args = LlamaArgs.from_hf(cfg)
+    return LlamaArgs.from_hf(cfg)
+
+
+def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> LlamaModel:
+    args = target_args(folder)
     with torch.device("meta"):
         model = LlamaModel(args)
     state = {}
@@ -144,7 +149,7 @@ def load_target(folder: Path, device: torch.device, dtype: torch.dtype) -> Llama
         model.lm_head.weight = model.embed_tokens.weight
         missing = [m for m in missing if m != "lm_head.weight"]
     if missing or unexpected:
-        raise UserError(f"Weights in {folder} do not match a {cfg['model_type']} model "
+        raise UserError(f"Weights in {folder} do not match the model its config.json describes "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]}).")
     return model.to(device=device, dtype=dtype).eval()
 
@@ -190,71 +195,45 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
                 dtype: str | None = None, seed_random_head: int = 0, pack: bool = True) -> Bundle:
     """`target`: preset name, local folder or HF id. `head`: local folder, HF id, 'random', or
     None for the preset's shipped head (random if the preset has none yet). `pack`: prepack the
-    frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls."""
+    frozen weights for CPU fp32 inference (llama.PackedWeight); False gives the plain matmuls.
+
+    The backend is chosen first, from the request; each then loads what it runs (docs/layout.md,
+    Backends): the embedded model in q4_1 from its GGUF alone, another q4_1 model quantised from
+    its fp32 weights, fp32 / bf16 the eager modules."""
     check_sources(target, head)
     dev = pick_device(device)
-    if dtype is None and dev.type == "cpu" and embedded_key(target or DEFAULT_PRESET) is not None:
-        # the embedded model's own precision: its GGUF's blocks on this project's integer kernels,
-        # about 5x fp32's speed on a CPU, and greedy trees equal plain decoding by construction
-        # (quantized.py); where the kernels cannot run, a line says why and fp32 serves
-        dtype = "q4_1"
-    q4 = dtype in ("q4_1", "Q4_1")
-    if q4:
-        if dev.type != "cpu":
-            raise UserError("--dtype q4_1 runs on the CPU (its kernels are AVX2/VNNI); on a GPU use bfloat16.")
-        dtype = "float32"  # activations, caches and the draft head stay fp32
-    if dtype is None:
-        # fp32 on a CPU: there greedy trees equal plain decoding token for token. In bf16 they do not
-        # (its kernels round differently for 1 and N rows: 25% of prompts identical on an AMX Xeon,
-        # where bf16 trees cost almost nothing over one token; benchmarks/bf16-eager-amx), and CPUs
-        # without native bf16 run it far slower.
-        dt = torch.float32 if dev.type == "cpu" else torch.bfloat16
-    else:
-        dt = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
-        if dt is None:
-            raise UserError(f"Unknown dtype {dtype!r}: use q4_1, float32, bfloat16 or float16.")
+    q4, dt = _precision(target, dev, dtype)
     target = target or DEFAULT_PRESET
     preset = PRESETS.get(target)
     where = resolve_target(target)
     folder = Path(where) if isinstance(where, Path) else hub_download(
         where, ["config.json", "*.safetensors", "tokenizer*", "special_tokens_map.json", "*.jinja",
                 "generation_config.json", "vocab.json", "merges.txt"])
-    model = load_target(folder, dev, dt)
+    args = target_args(folder)
     tok = load_tokenizer(folder)
-
-    if head is None and preset is not None and preset.head and (Path(preset.head) / "config.json").exists():
-        head = preset.head
-    if head in (None, "random"):
-        torch.manual_seed(seed_random_head)
-        h = EagleHead(model.args)
-        own = None
-        head_name = "random (untrained)"
-        h.has_embed = False
-    else:
-        hf = _fetch_if_id(head, ["config.json", "*.safetensors", "pytorch_model.bin"])
-        h, own = load_draft_head(hf, model.args)
-        head_name = head_label(head, preset)
-    h = h.to(device=dev, dtype=dt).eval()
-    if not getattr(h, "has_embed", False):
-        h.embed_tokens.weight = torch.nn.Parameter(model.embed_tokens.weight.detach(), requires_grad=False)
-    h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
-    model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states
-    for p in list(model.parameters()) + list(h.parameters()):
-        p.requires_grad_(False)
+    h, own, head_name = _draft_head(head, preset, args, seed_random_head)
+    h = h.to(device=dev, dtype=dt).eval().requires_grad_(False)
     name = preset.description if preset else str(target)
+    key = embedded_key(target)
     kernels = None
-    if q4:
-        from .quantized import kernel_backends
+    if q4 and key is not None:   # the embedded model in its own precision: its GGUF's blocks, no fp32 model
+        from .quantized import gguf_backends
         from .weights import embedded_gguf
-        key = embedded_key(target)
-        kernels = kernel_backends(model, h, embedded_gguf(key) if key else None,
-                                  log=lambda line: print(f"eagle2: {line}", file=sys.stderr, flush=True))
-        if kernels is None:
-            print("eagle2: --dtype q4_1 is not available here (the line above says why); running float32.",
-                  file=sys.stderr, flush=True)
+        kernels = gguf_backends(args, embedded_gguf(key), h, own, log=_say)
+    model = None
+    if kernels is None:
+        model = load_target(folder, dev, dt).requires_grad_(False)
+        if not getattr(h, "has_embed", False):
+            h.embed_tokens.weight = torch.nn.Parameter(model.embed_tokens.weight.detach(), requires_grad=False)
+        h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
+        model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states
+        if q4 and key is None:   # another model in q4_1: quantised from its fp32 weights
+            from .quantized import kernel_backends
+            kernels = kernel_backends(model, h, log=_say)
+    if q4 and kernels is None:
+        _say("--dtype q4_1 is not available here (the line above says why); running float32.")
     if kernels is not None:
-        # the backend holds what it runs: the fp32 target goes (and the head, where the kernels run its step)
+        # the backend holds what it runs: no fp32 target (nor the head, where the kernels run its step)
         fwd, draft = kernels
         keep_head = h if isinstance(draft, EagerDraft) else None
         del model, h
@@ -267,3 +246,51 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     fwd = EagerTarget(model, packed)
     draft = EagerDraft(h, "prepacked weights" if packed else precision)
     return Bundle(fwd, draft, model, h, tok, dev, dt, name, head_name, precision)
+
+
+def _say(line: str) -> None:
+    """A line for the person starting the engine (why a backend is not used), on stderr."""
+    print(f"eagle2: {line}", file=sys.stderr, flush=True)
+
+
+def _precision(target: str | None, dev: torch.device, dtype: str | None) -> tuple[bool, torch.dtype]:
+    """(whether the q4_1 kernels are asked for, the dtype of everything else)."""
+    if dtype is None and dev.type == "cpu" and embedded_key(target or DEFAULT_PRESET) is not None:
+        # the embedded model's own precision: its GGUF's blocks on this project's integer kernels,
+        # about 5x fp32's speed on a CPU, and greedy trees equal plain decoding by construction
+        # (quantized.py); where the kernels cannot run, a line says why and fp32 serves
+        dtype = "q4_1"
+    if dtype in ("q4_1", "Q4_1"):
+        if dev.type != "cpu":
+            raise UserError("--dtype q4_1 runs on the CPU (its kernels are AVX2/VNNI); on a GPU use bfloat16.")
+        return True, torch.float32   # activations, caches and the draft head stay fp32
+    if dtype is None:
+        # fp32 on a CPU: there greedy trees equal plain decoding token for token. In bf16 they do not
+        # (its kernels round differently for 1 and N rows: 25% of prompts identical on an AMX Xeon,
+        # where bf16 trees cost almost nothing over one token; benchmarks/bf16-eager-amx), and CPUs
+        # without native bf16 run it far slower.
+        return False, torch.float32 if dev.type == "cpu" else torch.bfloat16
+    dt = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}.get(dtype)
+    if dt is None:
+        raise UserError(f"Unknown dtype {dtype!r}: use q4_1, float32, bfloat16 or float16.")
+    return False, dt
+
+
+def _draft_head(head: str | None, preset, args: LlamaArgs, seed: int) -> tuple[DraftHead, torch.Tensor | None, str]:
+    """(the draft head, its own LM head weight or None, its name for people), fp32 on the CPU: the
+    preset's shipped head when none is named, a random one for 'random'."""
+    if head is None and preset is not None and preset.head and (Path(preset.head) / "config.json").exists():
+        head = preset.head
+    if head in (None, "random"):
+        torch.manual_seed(seed)
+        h, own, name = EagleHead(args), None, "random (untrained)"
+        h.has_embed = False
+    else:
+        hf = _fetch_if_id(head, ["config.json", "*.safetensors", "pytorch_model.bin"])
+        (h, own), name = load_draft_head(hf, args), head_label(head, preset)
+    if not getattr(h, "has_embed", False):
+        # it reads the target's embedding (given it by the backend): its own random table (113 MB
+        # at this vocabulary) goes now, not after the target's weights have been read beside it
+        h.embed_tokens.weight = torch.nn.Parameter(torch.empty(0, args.dim), requires_grad=False)
+    return h, own, name

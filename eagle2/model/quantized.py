@@ -127,6 +127,17 @@ class QMatrix:
         N, nb = self.d.shape
         return N * nb * (20 if self.kind == Q4_1 else 34)
 
+    def dequantised(self) -> torch.Tensor:
+        """The fp32 values the blocks hold: for the embedded model, its converted fp32 weights
+        exactly (the GGUF is what it was converted from)."""
+        N, nb = self.d.shape
+        if self.kind == Q4_1:
+            q = torch.cat([self.qs.view(N, nb, 16) & 15, self.qs.view(N, nb, 16) >> 4], -1).float()
+            w = q * self.d[..., None] + self.m[..., None]
+        else:
+            w = self.qs.view(N, nb, QK).float() * self.d[..., None]
+        return w.reshape(N, nb * QK)
+
     def values(self) -> torch.Tensor:
         """The integer values [N, nb, 32] (Q4_1: 0..15, Q8_0: -127..127)."""
         N, nb = self.d.shape
@@ -705,12 +716,30 @@ class KernelDraft:
 # ------------------------------------------------------------------ building one
 
 
-def _gguf_blocks(gguf: Path, args) -> tuple[list[dict], QMatrix, QMatrix | None]:
+def _gguf_tensors(gguf: Path) -> dict:
+    from gguf import GGUFReader
+    return {t.name: t for t in GGUFReader(str(gguf)).tensors}
+
+
+def _gguf_norms(gguf: Path, args, tensors: dict | None = None) -> tuple[list, torch.Tensor]:
+    """The embedded model's norm weights, as shipped (F32): per layer (attention norm, MLP norm),
+    and the final norm."""
+    tensors = tensors or _gguf_tensors(gguf)
+
+    def read(name: str) -> torch.Tensor:
+        t = tensors[name]
+        if t.tensor_type.name != "F32":
+            raise UserError(f"{gguf.name}: {name} is {t.tensor_type.name}, not F32; use --dtype float32.")
+        return torch.from_numpy(t.data.copy()).float().reshape(-1)
+    norms = [(read(f"blk.{i}.attn_norm.weight"), read(f"blk.{i}.ffn_norm.weight")) for i in range(args.n_layers)]
+    return norms, read("output_norm.weight")
+
+
+def _gguf_blocks(gguf: Path, args, tensors: dict | None = None) -> tuple[list[dict], QMatrix, QMatrix | None]:
     """The embedded model's blocks, as shipped, rows in Hugging Face's order: (layers, LM head,
     token embedding or None where the LM head is the embedding)."""
-    from gguf import GGUFReader
     kinds = {"Q4_1": Q4_1, "Q8_0": Q8_0}
-    tensors = {t.name: t for t in GGUFReader(str(gguf)).tensors}
+    tensors = tensors or _gguf_tensors(gguf)
 
     def read(name: str) -> QMatrix:
         t = tensors[name]
@@ -750,36 +779,59 @@ def _quantised_blocks(model: LlamaModel) -> tuple[list[dict], QMatrix, QMatrix |
     return layers, quantise_q8_0(model.lm_head.weight), embed
 
 
-def kernel_target(model: LlamaModel, gguf: Path | None = None, log=None) -> KernelTarget | None:
-    """The q4_1 forward of `model` (fp32, on the CPU; its `aux_layers` set): blocks from `gguf` when
-    given (the embedded model), else quantised from its weights. None, with the reason logged, where
-    the kernels cannot run here (no AVX2, no compiler): the caller keeps the fp32 forward."""
-    a = model.args
-    problem = shape_problem(a)
+def _kernels_here(args, log):
+    """The kernels' library, or None (the reason logged) where they cannot run here (no AVX2, no
+    compiler); a UserError for a model shape they do not take."""
+    problem = shape_problem(args)
     if problem:
         raise UserError(f"{problem}; use --dtype float32.")
-    lib = library(log)
+    return library(log)
+
+
+def _draft_for(target: KernelTarget, head):
+    """The head's DraftForward beside the kernels' target: an EAGLE-3 head runs its whole step in
+    the kernels (KernelDraft); another keeps its eager forward, its matmuls through Q8_0 copies (a
+    matrix whose input is no multiple of 32 keeps its fp32 matmul)."""
+    from .forward import EagerDraft
+    if KernelDraft.fits(head):
+        return KernelDraft(head, target)
+    head.pack(lambda w: Q8Weight.build(w, target.lib))
+    return EagerDraft(head, "Q8_0 matmuls on the q4_1 kernels")
+
+
+def gguf_backends(args, gguf: Path, head, own_lm: torch.Tensor | None, log=None):
+    """(KernelTarget, the head's DraftForward) for the embedded model, from its GGUF alone: the
+    blocks and norms as shipped, no fp32 model first. `head` (fp32, on the CPU) is attached here:
+    to the LM head's fp32 values (the blocks dequantised: what the converted model holds, exactly)
+    unless it has its own, and, where it runs eagerly without an embedding of its own, to the
+    token embedding's. None where the kernels cannot run here."""
+    lib = _kernels_here(args, log)
     if lib is None:
         return None
-    layers, head, embed = _gguf_blocks(gguf, a) if gguf is not None else _quantised_blocks(model)
+    tensors = _gguf_tensors(gguf)
+    layers, lm, embed = _gguf_blocks(gguf, args, tensors)
+    norms, final = _gguf_norms(gguf, args, tensors)
+    del tensors   # the file's mapping goes before the blocks are packed: its pages count as resident
+    target = KernelTarget(args, layers, lm, embed, norms, final, lib, head.aux_layers)
+    if not getattr(head, "has_embed", False) and not KernelDraft.fits(head):
+        table = (embed if embed is not None else lm).dequantised()
+        head.embed_tokens.weight = torch.nn.Parameter(table, requires_grad=False)
+    head.attach(lm.dequantised() if own_lm is None else None, own_lm)
+    return target, _draft_for(target, head)
+
+
+def kernel_backends(model: LlamaModel, head, log=None):
+    """(KernelTarget, the head's DraftForward) for `model` (fp32, on the CPU; its `aux_layers` set)
+    quantised as ggml does, and its attached `head`; None where the kernels cannot run here."""
+    a = model.args
+    lib = _kernels_here(a, log)
+    if lib is None:
+        return None
+    layers, lm, embed = _quantised_blocks(model)
     for blk, layer in zip(layers, model.layers):
         att = layer.self_attn
         for name, lin in (("q", att.q_proj), ("k", att.k_proj), ("v", att.v_proj)):
             blk[name].bias = lin.bias   # _cmat keeps its own fp32 copy
     norms = [(ly.input_layernorm.weight, ly.post_attention_layernorm.weight) for ly in model.layers]
-    return KernelTarget(a, layers, head, embed, norms, model.norm.weight, lib, model.aux_layers)
-
-
-def kernel_backends(model: LlamaModel, head, gguf: Path | None = None, log=None):
-    """(KernelTarget, the head's DraftForward) for `model` and its attached `head`, or None where
-    the kernels cannot run here. An EAGLE-3 head runs its whole step in the kernels (KernelDraft);
-    another keeps its eager forward, its matmuls through Q8_0 copies (a matrix whose input is no
-    multiple of 32 keeps its fp32 matmul)."""
-    from .forward import EagerDraft
-    target = kernel_target(model, gguf, log)
-    if target is None:
-        return None
-    if KernelDraft.fits(head):
-        return target, KernelDraft(head, target)
-    head.pack(lambda w: Q8Weight.build(w, target.lib))
-    return target, EagerDraft(head, "Q8_0 matmuls on the q4_1 kernels")
+    target = KernelTarget(a, layers, lm, embed, norms, model.norm.weight, lib, model.aux_layers)
+    return target, _draft_for(target, head)
