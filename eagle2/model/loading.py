@@ -19,8 +19,8 @@ from ..heap import trim_heap
 from .forward import DraftForward, EagerDraft, EagerTarget, TargetForward
 from .head import DraftHead, EagleHead, head_from_checkpoint, read_checkpoint
 from .head3 import head3_from_checkpoint, is_eagle3
-from .tokenizer import load_tokenizer
 from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
+from .tokenizer import load_tokenizer
 from .weights import DEFAULT_PRESET, PRESETS, embedded_key, hub_download, local_folder, resolve_target
 
 SUPPORTED = {"llama", "mistral", "qwen2"}
