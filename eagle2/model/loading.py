@@ -49,7 +49,7 @@ class TokenTexts:
         return [j[int(ends[i - 1]) if i else 0:int(ends[i])] if 0 <= i < n else f"<{i}>" for i in ids]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Bundle:
     """Everything a decoder needs, loaded once per process and shared by sessions (read-only).
     `forward` and `draft` run the target and the head (forward.py: one backend, chosen at load);
@@ -238,14 +238,16 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         keep_head = h if isinstance(draft, EagerDraft) else None
         del model, h
         trim_heap()
-        return Bundle(fwd, draft, None, keep_head, tok, dev, dt, name, head_name, fwd.precision)
+        return Bundle(forward=fwd, draft=draft, target=None, head=keep_head, tokenizer=tok, device=dev, dtype=dt,
+                      name=name, head_name=head_name, precision=fwd.precision)
     if pack:  # frozen from here on: prepack for few-row matmuls (CPU fp32 only, PackedWeight.build)
         pack_linears(model)
         h.pack()
     packed, precision = model.lm_head.packed is not None, str(dt).removeprefix("torch.")
     fwd = EagerTarget(model, packed)
     draft = EagerDraft(h, "prepacked weights" if packed else precision)
-    return Bundle(fwd, draft, model, h, tok, dev, dt, name, head_name, precision)
+    return Bundle(forward=fwd, draft=draft, target=model, head=h, tokenizer=tok, device=dev, dtype=dt,
+                  name=name, head_name=head_name, precision=precision)
 
 
 def _say(line: str) -> None:
