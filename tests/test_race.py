@@ -116,12 +116,12 @@ def test_each_decoder_is_timed_on_its_own(real_bundle):
         assert d.trace.steps[-1].cumulative["wall_s"] == pytest.approx(d.wall)   # the trace says what it ran
         walls.append(d.wall)
     assert len(set(walls)) == 3 and all(w > 0 for w in walls)
-    # the three ran one after another, each clock stopped while the others worked, and the main
-    # decoder's clock stopped through its previews (which ran forwards of their own)
+    # the three ran one after another, each clock stopped while the others worked
+    assert sum(walls) <= elapsed
+    # previews are timed on their own (test_a_preview_changes_nothing_of_the_next_step: a step's
+    # timings are the same with or without one before it)
     m = r.main
-    previews = sum(pv.timings["total_s"] for pv in r.previews.values())
     assert all(pv.timings["verify_s"] > 0 for pv in r.previews.values())
-    assert sum(walls) + previews <= elapsed
     # forward passes: one per cycle each (plain: one per token); previews' forwards are not counted
     assert m.target_forwards == m.cycle and r.plain.target_forwards == len(r.plain.generated)
 
