@@ -76,16 +76,16 @@ class ModelHolder:
         from eagle2.model.loading import load_bundle
         opts = dict(self.options)
         self.stage = "loading the target model and the draft head"
-        try:
-            with transient_blocks_mapped():
+        with transient_blocks_mapped():
+            try:
                 b = load_bundle(**opts)
-        except UserError as e:
-            if not is_cuda(opts.get("device")):
-                raise
-            self.warning = (f"{e} Running on CPU instead; the controls start at the GPU's defaults, and "
-                            f"{default_policy('cpu')} is the policy that pays on a CPU.")
-            opts["device"], opts["dtype"] = "cpu", None
-            b = load_bundle(**opts)
+            except UserError as e:
+                if not is_cuda(opts.get("device")):
+                    raise
+                self.warning = (f"{e} Running on CPU instead; the controls start at the GPU's defaults, and "
+                                f"{default_policy('cpu')} is the policy that pays on a CPU.")
+                opts["device"], opts["dtype"] = "cpu", None
+                b = load_bundle(**opts)
         self.stage = "warming up (token table)"
         b.token_texts([0])
         # t(N), the auto budget's starting costs: measured now if this machine has no table

@@ -628,8 +628,6 @@ class KernelDraft:
         cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
         k = min(k, self.vocab)
-        if k > TOPK_MAX:
-            raise ValueError(f"the draft head's step ranks at most {TOPK_MAX} candidates a row (asked {k})")
         g, logp = torch.empty(T, self.args.dim), torch.empty(T, self.vocab)
         top = (torch.empty(T, k), torch.empty(T, k, dtype=torch.int64)) if k else None
         rc = self.lib.qf_draft(ctypes.byref(self.c), toks.data_ptr(), feats.data_ptr(), feats.shape[-1], T,

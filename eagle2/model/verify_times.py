@@ -117,18 +117,17 @@ class LiveVerifyTimes:
         self._now = self._table = None
 
     def estimates(self) -> dict[int, float]:
-        prior = self.prior.points
+        """The table as it stands: each observed N's median, and every prior point scaled by
+        live/prior at the nearest observed N below it (none: as it is), by N."""
         if not self._median:
-            return prior
-        observed = np.array(sorted(self._median), dtype=np.float64)
-        live = np.array([self._median[int(n)] for n in observed])
-        # each prior point scaled by live/prior at the nearest observed N below it (none: as it is)
-        scale = live / np.asarray(self.prior.t(observed))
-        below = np.searchsorted(observed, self.prior.ns) - 1
-        scaled = self.prior.ts * np.where(below >= 0, scale[np.maximum(below, 0)], 1.0)
-        out = {int(n): float(v) for n, v in zip(self.prior.ns, scaled)}
-        out.update(self._median)
-        return dict(sorted(out.items()))
+            return self.prior.points
+        observed = sorted(self._median)
+        points = {}
+        for n, t in zip(self._prior_ns, self._prior_ts):
+            i = bisect.bisect_left(observed, n) - 1
+            points[n] = t * (self._median[observed[i]] / self._prior_at(observed[i]) if i >= 0 else 1.0)
+        points.update(self._median)
+        return dict(sorted(points.items()))
 
     def t(self, n):
         """t(n) in seconds: a float for one n, an array for an array of them."""
@@ -142,14 +141,8 @@ class LiveVerifyTimes:
         has streamed the weights through the caches, where each numpy call costs tens of
         microseconds (the arrays' way took 0.14 ms a cycle there, against 27 us in a warm loop)."""
         if self._table is None or len(self._table) < max_n:
-            observed = sorted(self._median)
-            points = {}
-            for n, t in zip(self._prior_ns, self._prior_ts):   # scaled at the nearest observed N below
-                i = bisect.bisect_left(observed, n) - 1
-                points[n] = t * (self._median[observed[i]] / self._prior_at(observed[i]) if i >= 0 else 1.0)
-            points.update(self._median)
-            ns = sorted(points)
-            ts = [points[n] for n in ns]
+            points = self.estimates()
+            ns, ts = list(points), list(points.values())
             slope = VerifyTimes.slope_of(ns, ts)
             out, j = [], 0
             for n in range(1, max_n + 1):   # VerifyTimes.t's rule, point by point
