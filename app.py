@@ -18,6 +18,7 @@ from dataclasses import replace
 def main(argv=None) -> int:
     from eagle2 import config, threads
     from eagle2.errors import UserError
+    from eagle2.logs import show_on_stderr
     try:
         env = config.Config.from_env()   # the flags' defaults; a flag given wins
     except ValueError as e:
@@ -57,6 +58,10 @@ def main(argv=None) -> int:
                              concurrency=a.concurrency, threads=a.threads or None))
 
     threads.use_threads(cfg.threads, cfg.concurrency)
+    # The engine's lines on stderr from INFO up: a download or conversion, why a backend is not
+    # used, and each t(N) measurement (naming the thread that measured and whether the table was
+    # cached, so a server's log shows that no visitor's Step measured).
+    show_on_stderr()
     if a.record_traces:
         from eagle2.model.loading import load_bundle
         from ui.traces import record_traces
@@ -69,7 +74,6 @@ def main(argv=None) -> int:
     from eagle2.model import cache_tidy
     from ui.model import MODEL
     from ui.page import launch
-    show_model_log()
     cache_tidy.tidy()   # what earlier versions left in the cache: one line in the log when any goes
     MODEL.start(cfg.target, cfg.head, cfg.device, cfg.dtype, recalibrate=a.recalibrate)
     try:
@@ -126,19 +130,6 @@ def live_device(env, device: str) -> str:
               f"'Record on the GPU' runs a race on the Space's GPU.", file=sys.stderr)
         return "cpu"
     return device
-
-
-def show_model_log() -> None:
-    """The engine's model layer logs on stderr from INFO up (Python's default shows warnings
-    only): each t(N) measurement is one line naming the thread that measured and whether the
-    table was cached, so a server's log shows that no visitor's Step measured."""
-    import logging
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    engine = logging.getLogger("eagle2.model")
-    engine.setLevel(logging.INFO)
-    engine.addHandler(handler)
-    engine.propagate = False
 
 
 def announce(model, url: str, poll: float = 0.5) -> None:

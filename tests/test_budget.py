@@ -108,7 +108,7 @@ def test_a_budget_that_stopped_drafting_explores_one_call_again(tiny_target, mon
 
 @pytest.mark.slow
 def test_greedy_identity_real_model(real_bundle):
-    from eagle2.model.timing import verify_profile
+    from eagle2.model.calibration import verify_profile
     prof = verify_profile(real_bundle)
     for p in PROMPTS[:2]:
         ref = Decoder(real_bundle, "plain", max_new_tokens=48, record=False)
@@ -184,25 +184,25 @@ def test_live_corrections_stay_in_the_process(sampling_setup, tmp_path, monkeypa
     """Live figures that disagree with the cached table correct the policy's table, not the cache
     (timings taken while other sessions decode are their load, not this machine's cost); an
     implausible cached table (not monotone) is measured again by a tool that asks for it."""
-    from eagle2.model import timing
+    from eagle2.model import calibration, priors
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(tmp_path / "verify_times.json"))
     bundle, _ = sampling_setup
-    key = timing._cache_key(bundle)
+    key = calibration.cache_key(bundle)
     assert f"torch {torch.__version__}" in key and f"{torch.get_num_threads()}t" in key
     (tmp_path / "verify_times.json").write_text(json.dumps({key: {"1": 1.0, "2": 5.0, "4": 0.1}}))
-    assert not timing.plausible({1: 1.0, 2: 5.0, 4: 0.1})
+    assert not calibration.plausible({1: 1.0, 2: 5.0, 4: 0.1})
     # a real table (eager, one thread, this project's CPU): one token costs more than two
     real = {1: 0.0374, 2: 0.0262, 4: 0.0302, 8: 0.0330, 16: 0.0425, 32: 0.0637, 64: 0.1034, 128: 0.1893}
-    assert timing.plausible(real)
-    assert not timing.plausible({**real, 16: 0.020})  # but not one that falls from N = 2 on
-    fresh = timing.verify_profile(bundle)                # implausible: measured again (a tool, in the foreground)
-    assert set(fresh) == set(timing.GRID)
+    assert calibration.plausible(real)
+    assert not calibration.plausible({**real, 16: 0.020})  # but not one that falls from N = 2 on
+    fresh = calibration.verify_profile(bundle)                # implausible: measured again (a tool, in the foreground)
+    assert set(fresh) == set(calibration.GRID)
     busy = {1: 0.01, 2: 0.03, 4: 0.03, 8: 0.03}         # 3x too high, yet plausible: kept as the start
-    assert timing.plausible(busy)
-    timing.store_times(bundle, busy)
+    assert calibration.plausible(busy)
+    calibration.store_times(bundle, busy)
     pol = AutoBudgetPolicy(depth=2, top_k=3, total_tokens=8, adaptive_depth=False)
     pol.prepare(bundle)
-    assert pol.prior_times == busy and pol.prior_source == timing.MEASURED   # starts from the cache
+    assert pol.prior_times == busy and pol.prior_source == priors.MEASURED   # starts from the cache
     _choices(bundle, pol, 60, lambda n: 0.01)
     assert pol.times.t(8) < 1.5 * pol.times.t(1)         # corrected in the policy...
     written = {int(k): v for k, v in json.loads((tmp_path / "verify_times.json").read_text())[key].items()}
@@ -216,24 +216,24 @@ IMPLAUSIBLE = {"1": 1.0, "2": 5.0, "4": 0.1}
 def measurer(monkeypatch):
     """A background measurer quick to settle (each test's own, from conftest.py, waits the app's
     second), and an empty memory of plausible tables."""
-    from eagle2.model import measurer as m, timing
+    from eagle2.model import calibration, measurer as m
     own = m.Measurer(settle_s=0.2, wait_s=60.0)
     monkeypatch.setattr(m, "MEASURER", own)
-    monkeypatch.setattr(timing, "_known", {})
+    monkeypatch.setattr(calibration, "_known", {})
     yield own
     own.close()   # while this test's cache is the configuration's: nothing lands in another's
 
 
 def counting_measurements(monkeypatch) -> list[str]:
     """The names of the threads that call measure_verify_times from now on."""
-    from eagle2.model import timing
-    calls, real = [], timing.measure_verify_times
+    from eagle2.model import calibration
+    calls, real = [], calibration.measure_verify_times
 
     def counted(*a, **kw):
         calls.append(threading.current_thread().name)
         return real(*a, **kw)
 
-    monkeypatch.setattr(timing, "measure_verify_times", counted)
+    monkeypatch.setattr(calibration, "measure_verify_times", counted)
     return calls
 
 
@@ -244,13 +244,13 @@ def test_sessions_starting_at_once_do_not_measure_in_their_first_step(tiny_targe
     they start from an estimate, and the background measurer measures once they are quiet, in its
     own thread, and caches what it measured."""
     from eagle2.decoding.race import Race, RaceSettings
-    from eagle2.model import timing
+    from eagle2.model import calibration, priors
     from eagle2.model.loading import load_bundle
     folder, _ = tiny_target("quiet-sessions")      # a model of its own: no table of it in this process
     bundle = load_bundle(target=str(folder), head="random", seed_random_head=1)
     cache = tmp_path / "verify_times.json"
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(cache))
-    cache.write_text(json.dumps({timing._cache_key(bundle): IMPLAUSIBLE}))
+    cache.write_text(json.dumps({calibration.cache_key(bundle): IMPLAUSIBLE}))
     calls = counting_measurements(monkeypatch)
     K, settings = 4, RaceSettings(policy="eagle2-auto", total_tokens=8, depth=3, top_k=4, max_new_tokens=12)
     barrier, races, errors = threading.Barrier(K, timeout=60), {}, []
@@ -276,13 +276,13 @@ def test_sessions_starting_at_once_do_not_measure_in_their_first_step(tiny_targe
     in_steps = [name for name in calls if name.startswith("session-")]
     print(f"measure_verify_times called from: {calls}")
     assert not in_steps, f"the sessions' first Steps measured t(N) {len(in_steps)} time(s): {in_steps}"
-    assert all(r.main.policy.prior_source == timing.ESTIMATE for r in races.values())
-    assert all(timing.plausible(r.main.policy.prior_times) for r in races.values())
+    assert all(r.main.policy.prior_source == priors.ESTIMATE for r in races.values())
+    assert all(calibration.plausible(r.main.policy.prior_times) for r in races.values())
     # the sessions asked once between them; the measurer measured when they had stopped
     measurer.request(bundle).result(timeout=120)
     assert calls and all(name.startswith("eagle2-t(N)-measurer") for name in calls), calls
-    cached = timing.cached_times(bundle)
-    assert cached is not None and set(cached) == set(timing.GRID)
+    cached = calibration.cached_times(bundle)
+    assert cached is not None and set(cached) == set(calibration.GRID)
 
 
 def test_a_closed_measurer_measures_nothing(sampling_setup, monkeypatch, measurer):
@@ -305,15 +305,15 @@ def test_a_closed_measurer_measures_nothing(sampling_setup, monkeypatch, measure
 def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, monkeypatch, measurer):
     """A measurement with a decode in flight when it began, or one starting before it ended, is not
     written to the cache: the background measurer gives way at once and measures again when quiet."""
-    from eagle2.model import timing
+    from eagle2.model import calibration
     from eagle2.model.activity import DECODING
     bundle, _ = sampling_setup
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(tmp_path / "verify_times.json"))
     with DECODING:                                   # a session's Step in flight
-        t, quiet = timing.measure_quietly(bundle)
-    assert not quiet and set(t) == set(timing.GRID) and timing.cached_times(bundle) is None
+        t, quiet = calibration.measure_quietly(bundle)
+    assert not quiet and set(t) == set(calibration.GRID) and calibration.cached_times(bundle) is None
     calls, measured = counting_measurements(monkeypatch), []
-    counted = timing.measure_verify_times
+    counted = calibration.measure_verify_times
 
     def a_step_starts_meanwhile(*a, **kw):
         if not measured:                             # the first measurement: a session decodes
@@ -323,35 +323,35 @@ def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, m
         measured.append(counted(*a, **kw))
         return measured[-1]
 
-    monkeypatch.setattr(timing, "measure_verify_times", a_step_starts_meanwhile)
+    monkeypatch.setattr(calibration, "measure_verify_times", a_step_starts_meanwhile)
     measurer.request(bundle).result(timeout=120)
-    assert len(calls) >= 2 and len(measured[0]) < len(timing.GRID)   # gave way at once, then again
-    assert timing.cached_times(bundle) == measured[-1]              # what the quiet one measured
-    assert all(set(m) == set(timing.GRID) for m in measured[1:])
+    assert len(calls) >= 2 and len(measured[0]) < len(calibration.GRID)   # gave way at once, then again
+    assert calibration.cached_times(bundle) == measured[-1]              # what the quiet one measured
+    assert all(set(m) == set(calibration.GRID) for m in measured[1:])
 
 
 def test_a_budget_without_a_table_starts_from_an_estimate(sampling_setup, tmp_path, monkeypatch, measurer):
     """With no plausible table cached (none, or one that is not plausible) a budget starts from an
     estimate built on t(1), plausible by construction, and decodes losslessly from it: greedy output
     equals plain decoding."""
-    from eagle2.model import timing
+    from eagle2.model import calibration, priors
     bundle, _ = sampling_setup
     cache = tmp_path / "verify_times.json"
     monkeypatch.setenv("EAGLE2_TIMING_CACHE", str(cache))
-    guessed = timing.prior_times(bundle)                           # nothing cached: t(1) from the weights
-    assert guessed.source == timing.ESTIMATE and timing.plausible(guessed.times)
-    cache.write_text(json.dumps({timing._cache_key(bundle): IMPLAUSIBLE}))
-    prior = timing.prior_times(bundle)                             # the stale table's t(1)
-    assert prior.source == timing.ESTIMATE and prior.times[1] == 1.0 and timing.plausible(prior.times)
-    assert set(prior.times) == set(timing.GRID) and prior.times[128] > prior.times[2]
+    guessed = priors.prior_times(bundle)                           # nothing cached: t(1) from the weights
+    assert guessed.source == priors.ESTIMATE and calibration.plausible(guessed.times)
+    cache.write_text(json.dumps({calibration.cache_key(bundle): IMPLAUSIBLE}))
+    prior = priors.prior_times(bundle)                             # the stale table's t(1)
+    assert prior.source == priors.ESTIMATE and prior.times[1] == 1.0 and calibration.plausible(prior.times)
+    assert set(prior.times) == set(calibration.GRID) and prior.times[128] > prior.times[2]
     ref = Decoder(bundle, "plain", max_new_tokens=24, record=False)
     ref.start(input_ids=SPROMPT)
     ref.generate()
     pol = AutoBudgetPolicy(depth=3, top_k=4, total_tokens=8)
     dec = Decoder(bundle, pol, max_new_tokens=24, record=False)
-    assert pol.prior_source == timing.ESTIMATE
+    assert pol.prior_source == priors.ESTIMATE
     dec.start(input_ids=SPROMPT)
     dec.generate()
     assert dec.generated == ref.generated
     measurer.request(bundle).result(timeout=120)   # the budget asked for a table: measured once quiet
-    assert timing.cached_times(bundle) != {int(k): v for k, v in IMPLAUSIBLE.items()}
+    assert calibration.cached_times(bundle) != {int(k): v for k, v in IMPLAUSIBLE.items()}

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from eagle2.model import measurer, timing
+from eagle2.model import calibration, measurer
 
 started = {"late": threading.Event(), "into-user": threading.Event()}
 
@@ -28,10 +28,10 @@ started = {"late": threading.Event(), "into-user": threading.Event()}
 def slow_measurement(bundle, stop=None, **kw):   # the model's forwards, timed: here a pause
     started[bundle.name].set()
     time.sleep(3)   # longer than the rest of the session takes to end
-    return {n: 0.001 * n for n in timing.GRID}
+    return {n: 0.001 * n for n in calibration.GRID}
 
 
-timing.measure_verify_times = slow_measurement
+calibration.measure_verify_times = slow_measurement
 
 
 def bundle(name):

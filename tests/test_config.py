@@ -9,7 +9,7 @@ import pytest
 
 from eagle2 import config
 from eagle2.config import Config
-from eagle2.model.timing import times_path
+from eagle2.model.calibration import times_path
 from eagle2.model.weights import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent

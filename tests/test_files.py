@@ -47,13 +47,13 @@ def test_locked_update_keeps_other_keys_and_recovers_from_a_corrupt_file(tmp_pat
 WRITER = """
 import os, sys, time
 from pathlib import Path
-from eagle2.model import timing
+from eagle2.model import calibration
 go, tag = Path(sys.argv[1]), sys.argv[2]
 (go.parent / f"ready-{tag}").touch()
 while not go.exists():
     time.sleep(0.01)
 for i in range(50):
-    timing.store_table(f"{tag}-{i}", {1: 0.01, 2: 0.02 + i})
+    calibration.store_table(f"{tag}-{i}", {1: 0.01, 2: 0.02 + i})
 """
 
 

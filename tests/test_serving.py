@@ -242,7 +242,7 @@ def test_sessions_starting_at_once_measure_nothing_on_the_server(tiny_target, tm
               env={"EAGLE2_TIMING_CACHE": str(cache)})
 
     def measured() -> list[str]:
-        return [ln for ln in app.text()[1].splitlines() if ln.startswith("t(N) measured")]
+        return [ln for ln in app.text()[1].splitlines() if ln.startswith("eagle2: t(N) measured")]
 
     def kept(lines) -> bool:   # the last try kept a plausible table ("quiet: cached, but not plausible" is tried again)
         return bool(lines) and "quiet: cached)" in lines[-1]

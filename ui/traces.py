@@ -133,7 +133,7 @@ RECORDINGS = [
 def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, only=None) -> list[Path]:
     """Record the shipped traces (the default race: main policy + comparison preview + comparison
     and plain series) with `bundle`."""
-    from eagle2.model.timing import verify_profile
+    from eagle2.model.calibration import verify_profile
     out_dir.mkdir(parents=True, exist_ok=True)
     verify_profile(bundle)  # t(N) first, in the foreground: the policies start from it, the traces carry it
     written = []

@@ -11,7 +11,7 @@ import torch
 
 from eagle2.machine import cpu_info
 from eagle2.model.loading import load_bundle
-from eagle2.model.timing import prefilled_cache
+from eagle2.model.stopwatch import prefilled_cache
 
 threads, out = int(sys.argv[1]), sys.argv[2]
 torch.set_num_threads(threads)

@@ -6,7 +6,7 @@ import torch
 torch.set_num_threads(2)
 from eagle2.model.loading import load_bundle
 from eagle2.model.compiled import attach
-from eagle2.model.timing import prefilled_cache, interleaved_medians
+from eagle2.model.stopwatch import prefilled_cache, interleaved_medians
 from eagle2.machine import cpu_info
 comp = load_bundle(dtype="float32"); line = attach(comp, "auto")
 eager = load_bundle(dtype="float32")

@@ -29,7 +29,7 @@ from ..model.activity import DECODING
 from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
-from ..model.timing import syncer
+from ..model.stopwatch import syncer
 from ..phases import PHASES, PhaseClock, grouped, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
@@ -72,6 +72,15 @@ class DecodeState:
     spent: tuple[tuple[str, float], ...] = tuple(NO_TIME.items())   # seconds per phase, every cycle
     finished: str | None = None               # "eos", "max_new_tokens", "context" once done
 
+
+
+def checked_ids(bundle, ids: list[int]) -> list[int]:
+    """A prompt's token ids if the model can decode after them, else one clear line (UserError)."""
+    check(len(ids) >= 1, "The prompt is empty: type something first.")
+    ctx = bundle.args.max_positions
+    check(len(ids) + 2 <= ctx,
+          f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
+    return ids
 
 class Decoder:
     def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,
@@ -116,11 +125,9 @@ class Decoder:
     def start(self, prompt: str | None = None, messages: list | None = None, input_ids: list[int] | None = None,
               raw: bool = False) -> StepTrace:
         """Prefill the prompt; emits the first token (cycle 0)."""
-        ids = list(input_ids) if input_ids is not None else prompt_ids(self.b.tokenizer, prompt, messages, raw)
-        check(len(ids) >= 1, "The prompt is empty: type something first.")
+        ids = checked_ids(self.b, list(input_ids) if input_ids is not None
+                          else prompt_ids(self.b.tokenizer, prompt, messages, raw))
         ctx = self.b.args.max_positions
-        check(len(ids) + 2 <= ctx,
-              f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
         dev = self.b.device
         seed = self.sampling.seed if self.sampling.seed is not None else 0
         accept_gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -14,7 +14,7 @@ from ..cycle.sampling import SamplingParams
 from ..cycle.series import series
 from ..cycle.trace import VIZ_KEY, StepTrace, Trace
 from ..errors import UserError, check
-from ..model.timing import verify_profile
+from ..model.calibration import verify_profile
 from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
 from ..policies.registry import BASELINE, DEFAULT, PLAIN, check_policy, default_policy, is_plain, make_policy

@@ -16,7 +16,7 @@ from ..devices import device_kind, is_cuda
 from ..errors import check
 from ..machine import cpu_info
 from ..model.loading import load_bundle
-from ..model.timing import measure_verify_times
+from ..model.calibration import measure_verify_times
 from ..model.verify_times import RECORD_KEY
 from .race import Race, RaceSettings
 

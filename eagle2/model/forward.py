@@ -28,7 +28,7 @@ class TargetForward(Protocol):
     args: LlamaArgs
     device: torch.device
     description: str   # one line for the CLI and the page: what runs
-    timing_id: str     # what a t(N) table measured on this forward is keyed by (timing.py)
+    timing_id: str     # what a t(N) table measured on this forward is keyed by (calibration.py)
 
     def new_cache(self, max_len: int) -> KVCache:
         """A KV cache for one sequence, in the dtype this forward keeps it."""

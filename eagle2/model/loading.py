@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import sys
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from .llama import LlamaArgs, LlamaModel, hf_key_map, pack_linears
 from .tokenizer import load_tokenizer
 from .weights import DEFAULT_PRESET, PRESETS, embedded_key, hub_download, local_folder, resolve_target
 
+log = logging.getLogger(__name__)
 SUPPORTED = {"llama", "mistral", "qwen2"}
 
 
@@ -219,7 +220,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     if q4 and key is not None:   # the embedded model in its own precision: its GGUF's blocks, no fp32 model
         from .quantized import gguf_backends
         from .weights import embedded_gguf
-        kernels = gguf_backends(args, embedded_gguf(key), h, own, log=_say)
+        kernels = gguf_backends(args, embedded_gguf(key), h, own, log=log.warning)
     model = None
     if kernels is None:
         model = load_target(folder, dev, dt).requires_grad_(False)
@@ -229,9 +230,9 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states
         if q4 and key is None:   # another model in q4_1: quantised from its fp32 weights
             from .quantized import kernel_backends
-            kernels = kernel_backends(model, h, log=_say)
+            kernels = kernel_backends(model, h, log=log.warning)
     if q4 and kernels is None:
-        _say("--dtype q4_1 is not available here (the line above says why); running float32.")
+        log.warning("--dtype q4_1 is not available here (the line above says why); running float32.")
     if kernels is not None:
         # the backend holds what it runs: no fp32 target (nor the head, where the kernels run its step)
         fwd, draft = kernels
@@ -248,11 +249,6 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     draft = EagerDraft(h, "prepacked weights" if packed else precision)
     return Bundle(forward=fwd, draft=draft, target=model, head=h, tokenizer=tok, device=dev, dtype=dt,
                   name=name, head_name=head_name, precision=precision)
-
-
-def _say(line: str) -> None:
-    """A line for the person starting the engine (why a backend is not used), on stderr."""
-    print(f"eagle2: {line}", file=sys.stderr, flush=True)
 
 
 def _precision(target: str | None, dev: torch.device, dtype: str | None) -> tuple[bool, torch.dtype]:

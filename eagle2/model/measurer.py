@@ -1,7 +1,7 @@
-"""The process's one background measurer of t(N) (model/timing.py): no visitor's Step measures.
+"""The process's one background measurer of t(N) (model/calibration.py): no visitor's Step measures.
 
 The app asks it at start-up; a budget asks it when the cache
-has no plausible table for its forward (it starts meanwhile from timing.prior_times). One
+has no plausible table for its forward (it starts meanwhile from priors.prior_times). One
 worker thread measures, one request per cache key at a time. It measures only when nothing has
 decoded in this process for `settle_s` seconds, gives way as soon as a decode starts (the
 measurement is then discarded, not cached), and tries again `tries` times, each wait bounded.
@@ -14,7 +14,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from . import timing
+from . import calibration
 from .activity import DECODING
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class Measurer:
         (`refresh`: measure anyway); returns at once. The future's result: the plausible table
         cached, or None if no quiet moment came (or the measurer is closed). A request for a key
         already queued joins it."""
-        key = timing._cache_key(bundle)
+        key = calibration.cache_key(bundle)
         with self._lock:
             if self._closed.is_set():
                 f = Future()
@@ -46,17 +46,17 @@ class Measurer:
 
     def _run(self, bundle, refresh: bool) -> dict[int, float] | None:
         if not refresh:
-            t = timing.verify_profile(bundle, measure=False)
+            t = calibration.verify_profile(bundle, measure=False)
             if t is not None:
                 return t
         for _ in range(self.tries):
             if not self.wait_for_quiet():
                 break
-            t, quiet = timing.measure_quietly(bundle, give_way=True)
-            if quiet and timing.plausible(t):
+            t, quiet = calibration.measure_quietly(bundle, give_way=True)
+            if quiet and calibration.plausible(t):
                 return t
         log.info("t(N) not measured for %s: no quiet moment, or no plausible table, in %d tries",
-                 timing._cache_key(bundle), self.tries)
+                 calibration.cache_key(bundle), self.tries)
         return None
 
     def wait_for_quiet(self) -> bool:

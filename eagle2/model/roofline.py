@@ -17,7 +17,7 @@ import time
 import torch
 
 from .quantized import ISAS, OPS, KernelTarget
-from .timing import prefilled_cache
+from .stopwatch import prefilled_cache
 
 MATMULS = {"qkv": ("q", "k", "v"), "o": ("o",), "gate_up": ("gate", "up"), "down": ("down",)}
 

@@ -4,7 +4,7 @@ measured at a few N, and the one rule that reads it at any N.
 Torch-free (numpy only), so the budget (policies/auto.py) and the page's what-if figures
 (viz/whatif.py, viz/acceptance_whatif.py) read t(N) through the same class and price a tree the
 same way. `LiveVerifyTimes` is the budget's in-cycle cost model: a prior table corrected by the
-verifications timed, read once a cycle; measuring and caching tables is model/timing.py's.
+verifications timed, read once a cycle; measuring and caching tables is model/calibration.py's, the prior a budget starts from model/priors.py's.
 """
 from __future__ import annotations
 

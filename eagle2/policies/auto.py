@@ -2,7 +2,7 @@
 chosen every cycle from this machine's measured costs.
 
 t(N), the target's time to verify N tokens, starts from the best table known without measuring
-(model/timing.py's `prior_times`: the cached quiet measurement, else an estimate while the
+(model/priors.py's `prior_times`: the cached quiet measurement, else an estimate while the
 background measurer takes one) and is corrected by every verification the decoder times
 (`observe`, into a `LiveVerifyTimes`); the corrections stay in the policy. Each cycle keeps the N
 that maximises expected tokens per second, (1 + sum of the N-1 best node values) /
@@ -27,7 +27,7 @@ import numpy as np
 from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from ..model.measurer import request_measurement
-from ..model.timing import prior_times
+from ..model.priors import prior_times
 from ..model.verify_times import LiveVerifyTimes
 from ..phases import PhaseClock
 from .eagle2 import Eagle2Policy
@@ -144,7 +144,7 @@ class AutoBudgetPolicy(Eagle2Policy):
         self.rank_prob = None      # running mean draft probability of the child at each rank
         self.stats = {"cycles": 0, "draft_calls": 0, "levels": {}, "n": {}, "explored": 0, "widths": {}}
         self.times: LiveVerifyTimes | None = None   # the prior, corrected by the verifications timed
-        self.prior_source = "given"   # where the prior came from (timing.PriorTimes.source)
+        self.prior_source = "given"   # where the prior came from (priors.PriorTimes.source)
         self._use(self.prior_times)
 
     def _use(self, prior: dict) -> None:

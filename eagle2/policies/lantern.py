@@ -19,9 +19,9 @@ bundle's `derived` dict for the process.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -38,6 +38,8 @@ from ..model.weights import cache_dir
 from .lantern_rule import relaxed_greedy, relaxed_sampling
 from .base import Option
 from .static import StaticPolicy
+
+log = logging.getLogger(__name__)
 
 METRICS = ("cosine", "l2")
 LOSSY_NOTE = ("note: policy 'lantern' is LOSSY: relaxed acceptance lets tokens near the target's choice in "
@@ -71,7 +73,7 @@ def knn_index(E: torch.Tensor, k: int, metric: str = "cosine", chunk: int = 1024
         sc[torch.arange(e - s, device=E.device), torch.arange(s, e, device=E.device)] = float("-inf")
         out[s:e] = sc.topk(k, dim=1).indices
         if progress and (ci % 8 == 7 or ci == n_chunks - 1):
-            print(f"eagle2: LANTERN neighbour index {e}/{V} rows", file=sys.stderr, flush=True)
+            log.info(f"LANTERN neighbour index {e}/{V} rows")
     return out
 
 
@@ -112,8 +114,8 @@ def neighbours_for(bundle, k: int, metric: str = "cosine") -> torch.Tensor:
         except Exception:
             continue  # a corrupt cache file: recompute
     if idx is None:
-        print(f"eagle2: computing the LANTERN neighbour index of {bundle.name} ({V} tokens, k={k}, "
-              f"{metric}; once, cached in {folder})...", file=sys.stderr, flush=True)
+        log.info(f"computing the LANTERN neighbour index of {bundle.name} ({V} tokens, k={k}, "
+                 f"{metric}; once, cached in {folder})...")
         idx = knn_index(E, k, metric, progress=V > 20000).cpu()
         with atomic_path(folder / f"{stem}-k{k}.safetensors") as tmp:
             save_file({"neighbours": idx.to(torch.int32 if V < 2**31 else torch.int64).contiguous()}, str(tmp))

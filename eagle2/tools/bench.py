@@ -28,7 +28,8 @@ from ..decoding.decoder import Decoder
 from ..errors import check
 from ..model.chat import chat_ids
 from ..model.loading import load_bundle
-from ..model.timing import cached_times, syncer
+from ..model.calibration import cached_times
+from ..model.stopwatch import syncer
 from ..model.verify_times import RECORD_KEY
 from ..phases import FORWARDS, PHASES, key as phase_key
 from ..devices import is_cuda

@@ -13,6 +13,7 @@ import sys
 from typing import Callable
 
 from ..errors import UserError
+from ..logs import show_on_stderr
 from ..model.weights import DEFAULT_PRESET
 from ..policies.registry import default_policy
 from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
@@ -38,7 +39,9 @@ def run_tool(name: str, argv: list[str]) -> int:
 
 def reporting_errors(run: Callable[[list[str]], int], argv: list[str]) -> int:
     """`run(argv)`'s exit code; a UserError is one "error: ..." line on stderr and 2 (never a
-    traceback), an interrupt 130. The training package's entry point shares it."""
+    traceback), an interrupt 130; the engine's log lines shown on stderr. The training package's
+    entry point shares it."""
+    show_on_stderr()
     try:
         return run(argv)
     except UserError as e:
@@ -99,9 +102,10 @@ def check_generate(a) -> dict:
 
 
 def cmd_generate(a) -> int:
-    from ..decoding.decoder import Decoder
+    from ..decoding.decoder import Decoder, checked_ids
+    from ..model.chat import prompt_ids
     from ..model.loading import load_bundle
-    from ..model.timing import verify_profile
+    from ..model.calibration import verify_profile
     from ..model.verify_times import RECORD_KEY
 
     a.policy = resolve_policy(a)
@@ -109,6 +113,7 @@ def cmd_generate(a) -> int:
     own = check_generate(a)  # validate everything, then load
     apply_threads(a)
     bundle = load_bundle(a.target, a.head, a.device, a.dtype)
+    ids = checked_ids(bundle, prompt_ids(bundle.tokenizer, a.prompt, None, a.raw))  # before t(N) is measured
     recalibrate(a, bundle)
     costs_first(bundle, a.policy)
     dec = Decoder(bundle, a.policy, sp, max_new_tokens=a.max_new_tokens, record=a.trace_out is not None,
@@ -116,7 +121,7 @@ def cmd_generate(a) -> int:
     note = dec.policy.lossy_note(sp.greedy) if dec.policy is not None else None
     if note:  # LANTERN: say whether it is lossy before any output
         print(note, file=sys.stderr)
-    dec.start(a.prompt, raw=a.raw)
+    dec.start(input_ids=ids)
     while dec.finished is None:
         st = dec.step()
         if not a.json:
@@ -143,7 +148,7 @@ def dispatch(argv: list[str]) -> int:
     if argv and argv[0] in TRAINING:
         raise UserError(f"`{argv[0]}` is a command of the training package: python -m eagle2_train {argv[0]} ...")
     from ..model import cache_tidy
-    cache_tidy.tidy(log=lambda s: print(s, file=sys.stderr))   # what earlier versions left in the cache
+    cache_tidy.tidy()   # what earlier versions left in the cache
     if argv and argv[0] in TOOLS:
         return run_tool(argv[0], argv[1:])
     a = build_parser().parse_args(argv)

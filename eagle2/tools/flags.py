@@ -33,7 +33,7 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
 
 def recalibrate(a, bundle) -> None:
     if getattr(a, "recalibrate", False):
-        from ..model.timing import verify_profile
+        from ..model.calibration import verify_profile
         verify_profile(bundle, refresh=True)
 
 
@@ -43,7 +43,7 @@ def costs_first(bundle, policy: str) -> None:
     measurement is quiet, and the policy itself never measures (it would start from an estimate)."""
     from ..policies.registry import uses_costs
     if uses_costs(policy):
-        from ..model.timing import verify_profile
+        from ..model.calibration import verify_profile
         verify_profile(bundle)
 
 

@@ -19,7 +19,8 @@ import torch
 from ..model.loading import load_bundle
 from ..model.quantized import KernelTarget
 from ..model.roofline import format_roofline, roofline
-from ..model.timing import interleaved_medians, measure_verify_times, time_forwards, timer
+from ..model.calibration import measure_verify_times
+from ..model.stopwatch import interleaved_medians, time_forwards, timer
 from .flags import add_model_args, apply_threads, costs_first
 from .prompt_files import HELDOUT, read_prompts
 
