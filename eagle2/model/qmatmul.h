@@ -118,117 +118,126 @@ QF_VNNI512 void groups512(const QMat& w, int g0, int g1, const QRows& x, float* 
 // A vector is half a group (unit u: group u / 2, its outputs 8 (u % 2)..+7). With 16 registers the
 // tiles are smaller: up to 4 rows of one unit, or one row of two.
 
-#define QF_TILE256(NAME, ATTR, VNNI)                                                                      \
-    template <int R, int C, bool Q4>                                                                      \
-    ATTR inline void NAME(const QMat& w, int u0, const QRows& x, int r0, float* y, int ldy, bool add) {   \
-        const int nb = w.K / QK, st = block_bytes(w.type);                                                \
-        const size_t gstride = (size_t)nb * st;                                                           \
-        const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);                  \
-        const __m256i ones = _mm256_set1_epi16(1);                                                        \
-        const uint8_t *gb[C], *ub[C]; /* unit c's group, and its half's bytes in each chunk */          \
-        for (int c = 0; c < C; ++c) {                                                                     \
-            gb[c] = w.data + (size_t)((u0 + c) / 2) * gstride;                                            \
-            ub[c] = gb[c] + ((u0 + c) % 2) * 32;                                                          \
-        }                                                                                                 \
-        __m256 acc[R][C];                                                                                 \
-        for (int r = 0; r < R; ++r)                                                                       \
-            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();                                  \
-        for (int b = 0; b < nb; ++b) {                                                                    \
-            const int32_t* xs = (const int32_t*)x.block(b, r0);                                           \
-            __m256i is[R][C];                                                                             \
-            for (int r = 0; r < R; ++r)                                                                   \
-                for (int c = 0; c < C; ++c) is[r][c] = _mm256_setzero_si256();                            \
-            if constexpr (Q4) {                                                                           \
-                for (int i = 0; i < 4; ++i) {                                                             \
-                    __m256i lo[C], hi[C];                                                                 \
-                    for (int c = 0; c < C; ++c) {                                                         \
-                        const __m256i raw = _mm256_loadu_si256((const __m256i*)(ub[c] + (size_t)b * st + i * 64)); \
-                        lo[c] = _mm256_and_si256(raw, lo4);                                               \
-                        hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);                         \
-                    }                                                                                     \
-                    for (int r = 0; r < R; ++r) {                                                         \
-                        const __m256i xl = _mm256_set1_epi32(xs[8 * r + i]), xh = _mm256_set1_epi32(xs[8 * r + i + 4]); \
-                        for (int c = 0; c < C; ++c) {                                                     \
-                            if constexpr (VNNI) {                                                         \
-                                is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], lo[c], xl);                  \
-                                is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], hi[c], xh);                  \
-                            } else { /* the sum kept in order: reassociated, the products wait  */   \
-                                is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(lo[c], xl));   \
-                                is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(hi[c], xh));   \
-                                __asm__("" : "+x"(is[r][c])); /* in registers and spill */                 \
-                            }                                                                             \
-                        }                                                                                 \
-                    }                                                                                     \
-                }                                                                                         \
-                if constexpr (!VNNI)                                                                      \
-                    for (int r = 0; r < R; ++r)                                                           \
-                        for (int c = 0; c < C; ++c) is[r][c] = _mm256_madd_epi16(is[r][c], ones);        \
-            } else {                                                                                      \
-                for (int i = 0; i < 8; ++i) {                                                             \
-                    __m256i wv[C], uv[C];                                                                 \
-                    for (int c = 0; c < C; ++c) {                                                         \
-                        wv[c] = _mm256_loadu_si256((const __m256i*)(ub[c] + (size_t)b * st + i * 64));    \
-                        uv[c] = VNNI ? _mm256_xor_si256(wv[c], flip) : _mm256_sign_epi8(wv[c], wv[c]);    \
-                    }                                                                                     \
-                    for (int r = 0; r < R; ++r) {                                                         \
-                        const __m256i xv = _mm256_set1_epi32(xs[8 * r + i]);                              \
-                        for (int c = 0; c < C; ++c) {                                                     \
-                            if constexpr (VNNI) {                                                         \
-                                is[r][c] = _mm256_dpbusd_avx_epi32(is[r][c], uv[c], xv);                  \
-                            } else {                                                                      \
-                                const __m256i p = _mm256_maddubs_epi16(uv[c], _mm256_sign_epi8(xv, wv[c])); \
-                                is[r][c] = _mm256_add_epi32(is[r][c], _mm256_madd_epi16(p, ones));        \
-                                __asm__("" : "+x"(is[r][c]));                                             \
-                            }                                                                             \
-                        }                                                                                 \
-                    }                                                                                     \
-                }                                                                                         \
-            }                                                                                             \
-            for (int c = 0; c < C; ++c) {                                                                 \
-                const uint16_t* sc = scales_at(w, gb[c] + (size_t)b * st) + ((u0 + c) % 2) * 8;           \
-                const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)sc));                   \
-                const __m256 wm = Q4 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sc + GROUP))) : wd; \
-                for (int r = 0; r < R; ++r) {                                                             \
-                    const size_t xb = x.at(b, r0 + r);                                                    \
-                    __m256i isum = is[r][c];                                                              \
-                    if constexpr (!Q4 && VNNI) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(128 * x.sum[xb])); \
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, _mm256_set1_ps(x.d[xb])), acc[r][c]); \
-                    if constexpr (Q4) acc[r][c] = _mm256_fmadd_ps(wm, _mm256_set1_ps(x.s[xb]), acc[r][c]); \
-                }                                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        for (int c = 0; c < C; ++c) {                                                                     \
-            const int n0 = (u0 + c) * 8, valid = std::min(8, w.N - n0);                                   \
-            for (int r = 0; r < R; ++r) {                                                                 \
-                alignas(32) float out[8];                                                                 \
-                _mm256_store_ps(out, acc[r][c]);                                                          \
-                float* yr = y + (size_t)(r0 + r) * ldy + n0;                                              \
-                for (int k = 0; k < valid; ++k)                                                           \
-                    yr[k] = add ? yr[k] + out[k] : (w.bias ? out[k] + w.bias[n0 + k] : out[k]);           \
-            }                                                                                             \
-        }                                                                                                 \
-    }                                                                                                     \
-    template <int R, bool Q4>                                                                             \
-    ATTR void NAME##_rows(const QMat& w, int u0, int u1, const QRows& x, int r0, float* y, int ldy, bool add) { \
-        constexpr int C = R == 1 ? 2 : 1;                                                                 \
-        int u = u0;                                                                                       \
-        for (; u + C <= u1; u += C) NAME<R, C, Q4>(w, u, x, r0, y, ldy, add);                             \
-        for (; u < u1; ++u) NAME<R, 1, Q4>(w, u, x, r0, y, ldy, add);                                     \
-    }                                                                                                     \
-    template <bool Q4>                                                                                    \
-    ATTR void NAME##_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy, bool add) { \
-        const int u0 = 2 * g0, u1 = std::min(2 * g1, (w.N + 7) / 8);                                     \
-        int r = 0;                                                                                        \
-        for (; r + 4 <= x.M; r += 4) NAME##_rows<4, Q4>(w, u0, u1, x, r, y, ldy, add);                    \
-        switch (x.M - r) {                                                                                \
-            case 3: NAME##_rows<3, Q4>(w, u0, u1, x, r, y, ldy, add); break;                              \
-            case 2: NAME##_rows<2, Q4>(w, u0, u1, x, r, y, ldy, add); break;                              \
-            case 1: NAME##_rows<1, Q4>(w, u0, u1, x, r, y, ldy, add); break;                              \
-        }                                                                                                 \
-    }
+// AVX-VNNI's vpdpbusd (VEX): acc += w (u8) . x (s8), 4 bytes at a time. Written as one instruction
+// in assembly, like dot512, so that the one tile template below compiles in this file's AVX2
+// baseline for both instruction sets; only the VNNI instantiation contains it, and only a CPU with
+// AVX-VNNI runs that one (matmul_groups chooses by isa_choice()).
+inline void dpbusd256(__m256i& acc, __m256i w, __m256i x) {
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(w), "x"(x));
+}
 
-QF_TILE256(tile_avx2, QF_AVX2, false)
-QF_TILE256(tile_avxvnni, QF_VNNI256, true)
+// A tile of R rows x C units over the whole K (C = 2 only for one row), VNNI or AVX2 products.
+template <int R, int C, bool Q4, bool VNNI>
+inline void tile256(const QMat& w, int u0, const QRows& x, int r0, float* y, int ldy, bool add) {
+    const int nb = w.K / QK, st = block_bytes(w.type);
+    const size_t gstride = (size_t)nb * st;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *gb[C], *ub[C];  // unit c's group, and its half's bytes in each chunk
+    for (int c = 0; c < C; ++c) {
+        gb[c] = w.data + (size_t)((u0 + c) / 2) * gstride;
+        ub[c] = gb[c] + ((u0 + c) % 2) * 32;
+    }
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+        const int32_t* xs = (const int32_t*)x.block(b, r0);
+        __m256i is[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) is[r][c] = _mm256_setzero_si256();
+        if constexpr (Q4) {
+            for (int i = 0; i < 4; ++i) {
+                __m256i lo[C], hi[C];
+                for (int c = 0; c < C; ++c) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i*)(ub[c] + (size_t)b * st + i * 64));
+                    lo[c] = _mm256_and_si256(raw, lo4);
+                    hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4);
+                }
+                for (int r = 0; r < R; ++r) {
+                    const __m256i xl = _mm256_set1_epi32(xs[8 * r + i]), xh = _mm256_set1_epi32(xs[8 * r + i + 4]);
+                    for (int c = 0; c < C; ++c) {
+                        if constexpr (VNNI) {
+                            dpbusd256(is[r][c], lo[c], xl);
+                            dpbusd256(is[r][c], hi[c], xh);
+                        } else {  // the sum kept in order: reassociated, the products wait
+                            is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(lo[c], xl));
+                            is[r][c] = _mm256_add_epi16(is[r][c], _mm256_maddubs_epi16(hi[c], xh));
+                            __asm__("" : "+x"(is[r][c]));  // in registers and spill
+                        }
+                    }
+                }
+            }
+            if constexpr (!VNNI)
+                for (int r = 0; r < R; ++r)
+                    for (int c = 0; c < C; ++c) is[r][c] = _mm256_madd_epi16(is[r][c], ones);
+        } else {
+            for (int i = 0; i < 8; ++i) {
+                __m256i wv[C], uv[C];
+                for (int c = 0; c < C; ++c) {
+                    wv[c] = _mm256_loadu_si256((const __m256i*)(ub[c] + (size_t)b * st + i * 64));
+                    uv[c] = VNNI ? _mm256_xor_si256(wv[c], flip) : _mm256_sign_epi8(wv[c], wv[c]);
+                }
+                for (int r = 0; r < R; ++r) {
+                    const __m256i xv = _mm256_set1_epi32(xs[8 * r + i]);
+                    for (int c = 0; c < C; ++c) {
+                        if constexpr (VNNI) {
+                            dpbusd256(is[r][c], uv[c], xv);
+                        } else {
+                            const __m256i p = _mm256_maddubs_epi16(uv[c], _mm256_sign_epi8(xv, wv[c]));
+                            is[r][c] = _mm256_add_epi32(is[r][c], _mm256_madd_epi16(p, ones));
+                            __asm__("" : "+x"(is[r][c]));
+                        }
+                    }
+                }
+            }
+        }
+        for (int c = 0; c < C; ++c) {
+            const uint16_t* sc = scales_at(w, gb[c] + (size_t)b * st) + ((u0 + c) % 2) * 8;
+            const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)sc));
+            const __m256 wm = Q4 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sc + GROUP))) : wd;
+            for (int r = 0; r < R; ++r) {
+                const size_t xb = x.at(b, r0 + r);
+                __m256i isum = is[r][c];
+                if constexpr (!Q4 && VNNI) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(128 * x.sum[xb]));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, _mm256_set1_ps(x.d[xb])), acc[r][c]);
+                if constexpr (Q4) acc[r][c] = _mm256_fmadd_ps(wm, _mm256_set1_ps(x.s[xb]), acc[r][c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        const int n0 = (u0 + c) * 8, valid = std::min(8, w.N - n0);
+        for (int r = 0; r < R; ++r) {
+            alignas(32) float out[8];
+            _mm256_store_ps(out, acc[r][c]);
+            float* yr = y + (size_t)(r0 + r) * ldy + n0;
+            for (int k = 0; k < valid; ++k)
+                yr[k] = add ? yr[k] + out[k] : (w.bias ? out[k] + w.bias[n0 + k] : out[k]);
+        }
+    }
+}
+
+// Rows r0..r0+R-1 over units u0..u1-1, two units a tile for a single row.
+template <int R, bool Q4, bool VNNI>
+void rows256(const QMat& w, int u0, int u1, const QRows& x, int r0, float* y, int ldy, bool add) {
+    constexpr int C = R == 1 ? 2 : 1;
+    int u = u0;
+    for (; u + C <= u1; u += C) tile256<R, C, Q4, VNNI>(w, u, x, r0, y, ldy, add);
+    for (; u < u1; ++u) tile256<R, 1, Q4, VNNI>(w, u, x, r0, y, ldy, add);
+}
+
+// Every row of x, 4 at a time, over the outputs of groups g0..g1-1.
+template <bool Q4, bool VNNI>
+void groups256(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy, bool add) {
+    const int u0 = 2 * g0, u1 = std::min(2 * g1, (w.N + 7) / 8);
+    int r = 0;
+    for (; r + 4 <= x.M; r += 4) rows256<4, Q4, VNNI>(w, u0, u1, x, r, y, ldy, add);
+    switch (x.M - r) {
+        case 3: rows256<3, Q4, VNNI>(w, u0, u1, x, r, y, ldy, add); break;
+        case 2: rows256<2, Q4, VNNI>(w, u0, u1, x, r, y, ldy, add); break;
+        case 1: rows256<1, Q4, VNNI>(w, u0, u1, x, r, y, ldy, add); break;
+    }
+}
 
 // ------------------------------------------------------------------ choosing one, once
 
@@ -262,10 +271,10 @@ inline void matmul_groups(const QMat& w, int g0, int g1, const QRows& x, float* 
             q4 ? groups512<true>(w, g0, g1, x, y, ldy, add) : groups512<false>(w, g0, g1, x, y, ldy, add);
             break;
         case AVXVNNI:
-            q4 ? tile_avxvnni_groups<true>(w, g0, g1, x, y, ldy, add) : tile_avxvnni_groups<false>(w, g0, g1, x, y, ldy, add);
+            q4 ? groups256<true, true>(w, g0, g1, x, y, ldy, add) : groups256<false, true>(w, g0, g1, x, y, ldy, add);
             break;
         default:
-            q4 ? tile_avx2_groups<true>(w, g0, g1, x, y, ldy, add) : tile_avx2_groups<false>(w, g0, g1, x, y, ldy, add);
+            q4 ? groups256<true, false>(w, g0, g1, x, y, ldy, add) : groups256<false, false>(w, g0, g1, x, y, ldy, add);
     }
 }
 
