@@ -18,7 +18,6 @@
 
 #include <atomic>
 
-#define QF_VNNI256 __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define QF_VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 namespace qf {

@@ -31,26 +31,36 @@ QF_VNNI512 inline int64_t chains512(int64_t steps) {
 // 256-bit: 4 chains (their products are independent, so the adds' 1-cycle dependency is all that
 // chains), each with its own right operand (one product for all would be computed once), 8 steps
 // a loop; within 16 registers, so nothing spills.
-#define QF_CHAINS256(NAME, ATTR, STEP)                                   \
-    ATTR inline int64_t NAME(int64_t steps) {                            \
-        __m256i a = _mm256_set1_epi8(3), b[4], s[4];                     \
-        for (int i = 0; i < 4; ++i) {                                    \
-            b[i] = _mm256_set1_epi8((char)(i + 1));                      \
-            s[i] = _mm256_setzero_si256();                               \
-        }                                                                \
-        for (int64_t it = 0; it < steps; ++it) {                         \
-            _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) s[i] = STEP; \
-            __asm__ volatile("" : "+x"(a));                              \
-            _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) s[i] = STEP; \
-            __asm__ volatile("" : "+x"(a));                              \
-        }                                                                \
-        const __m256i t = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])); \
-        alignas(32) int32_t o[8];                                        \
-        _mm256_store_si256((__m256i*)o, t);                              \
-        return o[0] + o[7];                                              \
+template <bool VNNI>
+inline __m256i step256(__m256i s, __m256i a, __m256i b) {
+    if constexpr (VNNI) {
+        dpbusd256(s, a, b);
+        return s;
+    } else {
+        return _mm256_add_epi16(s, _mm256_maddubs_epi16(a, b));
     }
-QF_CHAINS256(chains_avxvnni, QF_VNNI256, _mm256_dpbusd_avx_epi32(s[i], a, b[i]))
-QF_CHAINS256(chains_avx2, QF_AVX2, _mm256_add_epi16(s[i], _mm256_maddubs_epi16(a, b[i])))
+}
+
+template <bool VNNI>
+inline int64_t chains256(int64_t steps) {
+    __m256i a = _mm256_set1_epi8(3), b[4], s[4];
+    for (int i = 0; i < 4; ++i) {
+        b[i] = _mm256_set1_epi8((char)(i + 1));
+        s[i] = _mm256_setzero_si256();
+    }
+    for (int64_t it = 0; it < steps; ++it) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) s[i] = step256<VNNI>(s[i], a, b[i]);
+        __asm__ volatile("" : "+x"(a));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) s[i] = step256<VNNI>(s[i], a, b[i]);
+        __asm__ volatile("" : "+x"(a));
+    }
+    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+    alignas(32) int32_t o[8];
+    _mm256_store_si256((__m256i*)o, t);
+    return o[0] + o[7];
+}
 
 // fp32 fused multiply-adds (AVX2, 8 lanes): attention's arithmetic; 10 chains.
 QF_AVX2 inline int64_t chains_fma(int64_t steps) {
@@ -83,8 +93,8 @@ inline double int8_peak_gmacs(int which, int threads) {
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
         {
             if (which == AVX512VNNI) sink += chains512(steps);
-            else if (which == AVXVNNI) sink += chains_avxvnni(steps);
-            else sink += chains_avx2(steps);
+            else if (which == AVXVNNI) sink += chains256<true>(steps);
+            else sink += chains256<false>(steps);
         }
         const double s = seconds_since(t0);
         if (sink == 42) best += 0;  // keeps the sums alive
