@@ -302,6 +302,39 @@ def test_a_closed_measurer_measures_nothing(sampling_setup, monkeypatch, measure
     assert calls == []
 
 
+EXITS_WHILE_MEASURING = """
+import sys, time
+from types import SimpleNamespace
+from eagle2.model import calibration, measurer
+
+def slow(bundle, give_way=False):   # a measurement of a minute, giving way only to a decode
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        time.sleep(0.05)
+    return {1: 0.01, 2: 0.02}, True
+
+calibration.measure_quietly = slow
+calibration.verify_profile = lambda bundle, refresh=False, measure=True: None
+calibration.cache_key = lambda bundle: "k"
+m = measurer.Measurer(settle_s=0.0)
+m.request(SimpleNamespace())
+time.sleep(0.5)   # measuring now
+print("leaving", flush=True)
+"""
+
+
+def test_the_process_exits_without_waiting_for_a_measurement(tmp_path):
+    """A tool that asked for t(N) in the background and ends meanwhile exits at once: the
+    measurement is abandoned (never cached half-done), not waited for."""
+    import subprocess
+    import sys
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", EXITS_WHILE_MEASURING], capture_output=True, text=True, timeout=50,
+                       env={**__import__("os").environ, "EAGLE2_CACHE": str(tmp_path)})
+    assert r.returncode == 0 and r.stdout.strip() == "leaving", r.stderr[-2000:]
+    assert time.monotonic() - t0 < 30   # the measurement alone takes 60 s
+
+
 def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, monkeypatch, measurer):
     """A measurement with a decode in flight when it began, or one starting before it ended, is not
     written to the cache: the background measurer gives way at once and measures again when quiet."""

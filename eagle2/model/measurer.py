@@ -5,14 +5,20 @@ has no plausible table for its forward (it starts meanwhile from priors.prior_ti
 worker thread measures, one request per cache key at a time. It measures only when nothing has
 decoded in this process for `settle_s` seconds, gives way as soon as a decode starts (the
 measurement is then discarded, not cached), and tries again `tries` times, each wait bounded.
+
+The worker is a daemon thread: the interpreter's exit does not wait for it. (A ThreadPoolExecutor's
+worker is joined at exit before the main thread counts as stopped, so a measurement under way held
+a command-line tool's exit for its whole length, 13 s measured; an abandoned measurement is simply
+not cached, the cache being written whole under its lock.)
 """
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from . import calibration
 from .activity import DECODING
@@ -21,12 +27,17 @@ log = logging.getLogger(__name__)
 
 
 class Measurer:
-    def __init__(self, tries: int = 3, settle_s: float = 1.0, wait_s: float = 600.0):
-        self.tries, self.settle_s, self.wait_s = tries, settle_s, wait_s
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle2-t(N)-measurer")
+    def __init__(self, tries: int = 3, settle_s: float = 1.0, wait_s: float = 600.0, close_s: float = 600.0):
+        self.tries, self.settle_s, self.wait_s, self.close_s = tries, settle_s, wait_s, close_s
+        self._closed = threading.Event()
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """No worker yet (the first request starts one), nothing queued."""
         self._lock = threading.Lock()
         self._pending: dict[str, Future] = {}
-        self._closed = threading.Event()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
 
     def request(self, bundle, refresh: bool = False) -> Future:
         """Have t(N) measured for `bundle`'s forward unless the cache holds a plausible table
@@ -41,8 +52,23 @@ class Measurer:
                 return f
             f = self._pending.get(key)
             if f is None or f.done():
-                f = self._pending[key] = self._pool.submit(self._run, bundle, refresh)
+                f = self._pending[key] = Future()
+                self._queue.put((f, bundle, refresh))
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._serve, name="eagle2-t(N)-measurer", daemon=True)
+                    self._worker.start()
             return f
+
+    def _serve(self) -> None:
+        """The worker: each queued request in turn, until close() sends None."""
+        while (item := self._queue.get()) is not None:
+            f, bundle, refresh = item
+            if not f.set_running_or_notify_cancel():   # cancelled by close() while queued
+                continue
+            try:
+                f.set_result(self._run(bundle, refresh))
+            except BaseException as e:   # the request's caller reads it from the future
+                f.set_exception(e)
 
     def _run(self, bundle, refresh: bool) -> dict[int, float] | None:
         if not refresh:
@@ -75,19 +101,25 @@ class Measurer:
     def after_fork(self) -> None:
         """In a forked child: a worker thread, lock and queue of its own (the parent's worker is
         not in the child, and a request queued to it would never run)."""
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle2-t(N)-measurer")
-        self._lock = threading.Lock()
-        self._pending = {}
+        self._fresh()
 
     def close(self) -> None:
         """Measure nothing more: queued requests are cancelled, one waiting for a quiet moment gives
-        up (its result None), one measuring finishes; returns once the worker has stopped. Each
+        up (its result None), one measuring finishes; returns once the worker has stopped, or after
+        close_s seconds with a line in the log (a bounded wait). Each
         test closes its own at its end (tests/conftest.py): a measurement that outlived its test
         wrote where the configuration pointed when it finished, another test's cache or, after the
         session, the user's."""
         with self._lock:   # no request is queued after this
             self._closed.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+            queued, worker = list(self._pending.values()), self._worker
+        for f in queued:
+            f.cancel()   # only a request not yet running is cancelled
+        self._queue.put(None)
+        if worker is not None:
+            worker.join(self.close_s)
+            if worker.is_alive():
+                log.warning("the t(N) measurer did not stop within %.0f s of being closed", self.close_s)
 
 
 MEASURER = Measurer()

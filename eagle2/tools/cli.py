@@ -147,8 +147,11 @@ def cmd_fetch(a) -> int:
 def dispatch(argv: list[str]) -> int:
     if argv and argv[0] in TRAINING:
         raise UserError(f"`{argv[0]}` is a command of the training package: python -m eagle2_train {argv[0]} ...")
-    from ..model import cache_tidy
+    from ..model import cache_tidy, measurer
     cache_tidy.tidy()   # what earlier versions left in the cache
+    # A tool measures t(N) in the foreground before its timed work (flags.costs_first), never in
+    # the background beside it: a budget without a plausible table starts from an estimate.
+    measurer.MEASURER.close()
     if argv and argv[0] in TOOLS:
         return run_tool(argv[0], argv[1:])
     a = build_parser().parse_args(argv)
