@@ -466,6 +466,33 @@ def test_the_kernels_refuse_what_they_would_misread(tiny_q4):
         Q.matmul(f.lib, f._c_model.lm_head, torch.zeros(2, 63))
 
 
+@pytest.mark.parametrize("hidden, heads", [(96, 8), (256, 1)])
+def test_a_head_size_attention_does_not_take_is_refused_by_the_kernels_too(tiny_target, tmp_path, monkeypatch,
+                                                                           hidden, heads):
+    """Attention's lanes are fixed per head size, multiples of 8 up to 128: a head of 12 was read as
+    one of 8, one of 256 left the output unwritten. quantized.py refuses such a model at load; with
+    that check out of the way, the calls that reach attention (the forward, the draft step, the
+    draft tree) refuse it themselves, before any work, and each says so in one line."""
+    from test_serving import random_eagle3_head
+    hd = hidden // heads
+    folder, _ = tiny_target(f"q4-hd{hd}", hidden=hidden, heads=heads, kv_heads=max(1, heads // 2), layers=4)
+    head = random_eagle3_head(folder, tmp_path / "head")
+    monkeypatch.setattr(Q, "shape_problem", lambda a: None)
+    b = load_bundle(str(folder), head, dtype="q4_1")
+    f, d = b.forward, b.draft
+    assert isinstance(f, Q.KernelTarget) and isinstance(d, Q.KernelDraft) and f.args.head_dim == hd
+    says = rf"head sizes up to 128 in steps of 8 \(this model's is {hd}\)"
+    toks, pos = torch.tensor([3, 4]), torch.tensor([0, 1])
+    calls = (lambda: f.verify(f.new_cache(8), toks, pos),
+             lambda: d.step(d.new_cache(8), torch.zeros(2, 3 * hidden), toks, pos, 0),
+             lambda: d.draft_tree(d.new_cache(32), 3, torch.zeros(hidden), (torch.zeros(2), torch.tensor([5, 6])), 1,
+                                  2, 2, 4, Q.KernelDraft.tree_arrays(2, 2, 4)))
+    for call in calls:
+        with pytest.raises(ValueError, match=says) as e:
+            call()
+        assert "\n" not in str(e.value)
+
+
 @pytest.mark.slow
 def test_a_draft_step_ranks_at_most_topk_max_candidates(real_q4):
     """The kernels rank at most TOPK_MAX candidates a row: qf_draft refuses a larger k, and the step

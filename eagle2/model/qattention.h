@@ -3,11 +3,17 @@
 // integer kernels run, so a row's values never depend on the rows beside it, the thread count or
 // the instruction set: attention reduces each query's visible keys one by one in order of absolute
 // position.
+//
+// Beside each kernel is its scalar reference (`<kernel>_ref`, as ggml keeps a `_generic` beside
+// every SIMD kernel): plain C++ doing the same fixed sequence of float operations, lane by lane
+// where the kernel works in lanes, so that the two give the same bits (qforward.cpp exports each
+// pair for tests/test_kernel_refs.py, which holds them to it and each reference to float64).
 #pragma once
 
 #include "qblocks.h"
 
 #include <limits>
+#include <numeric>
 
 namespace qf {
 
@@ -18,6 +24,14 @@ QF_AVX2 inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// hsum's order on 8 lane sums: lanes l and l + 4 first, then (0 + 2) + (1 + 3)
+inline float hsum_ref(const float* lane) {
+    const float s0 = lane[0] + lane[4], s1 = lane[1] + lane[5], s2 = lane[2] + lane[6], s3 = lane[3] + lane[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+// a . b: 8 lanes, lane l an fma chain over a[l] b[l], a[l + 8] b[l + 8], ...; hsum; the tail added
+// one by one (a multiply, then an add)
 QF_AVX2 inline float dot(const float* a, const float* b, int n) {
     __m256 acc = _mm256_setzero_ps();
     int i = 0;
@@ -27,9 +41,26 @@ QF_AVX2 inline float dot(const float* a, const float* b, int n) {
     return s;
 }
 
+// dot's sequence in scalar code
+inline float dot_ref(const float* a, const float* b, int n) {
+    float lane[8] = {};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l) lane[l] = std::fma(a[i + l], b[i + l], lane[l]);
+    float s = hsum_ref(lane);
+    for (; i < n; ++i) s = s + a[i] * b[i];
+    return s;
+}
+
 // y = w * (x / rms(x)) for one row of D values
 inline void rmsnorm_row(const float* x, const float* w, float* y, int D, float eps) {
     const float r = 1.f / std::sqrt(dot(x, x, D) / (float)D + eps);
+    for (int i = 0; i < D; ++i) y[i] = w[i] * (x[i] * r);
+}
+
+// rmsnorm_row's, its dot in dot_ref's order
+inline void rmsnorm_row_ref(const float* x, const float* w, float* y, int D, float eps) {
+    const float r = 1.f / std::sqrt(dot_ref(x, x, D) / (float)D + eps);
     for (int i = 0; i < D; ++i) y[i] = w[i] * (x[i] * r);
 }
 
@@ -64,6 +95,27 @@ QF_AVX2 inline __m256 exp8(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+// exp8 on one value: the clamps as max_ps / min_ps take them (a NaN becomes the lower bound), k
+// rounded to nearest even (nearbyint in the default rounding mode), 2^k built from its exponent bits
+inline float exp_ref(float x) {
+    x = x > -87.3f ? x : -87.3f;
+    x = x < 88.3f ? x : 88.3f;
+    const float k = std::nearbyint(x * 1.44269504088896341f);
+    float r = std::fma(-k, 0.693359375f, x);
+    r = std::fma(-k, -2.12194440e-4f, r);
+    float y = 1.9875691500e-4f;
+    y = std::fma(y, r, 1.3981999507e-3f);
+    y = std::fma(y, r, 8.3334519073e-3f);
+    y = std::fma(y, r, 4.1665795894e-2f);
+    y = std::fma(y, r, 1.6666665459e-1f);
+    y = std::fma(y, r, 5.0000001201e-1f);
+    y = std::fma(y, r * r, r + 1.f);
+    const uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
+    float two_k;
+    std::memcpy(&two_k, &bits, sizeof two_k);
+    return y * two_k;
+}
+
 // g <- silu(g) * u, 8 at a time (n a multiple of 8: the intermediate size is one of 32)
 QF_AVX2 inline void silu_mul(float* g, const float* u, size_t n) {
     const __m256 one = _mm256_set1_ps(1.f), zero = _mm256_setzero_ps();
@@ -71,6 +123,14 @@ QF_AVX2 inline void silu_mul(float* g, const float* u, size_t n) {
         const __m256 x = _mm256_loadu_ps(g + i);
         const __m256 sig = _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, x)));
         _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, sig), _mm256_loadu_ps(u + i)));
+    }
+}
+
+// silu_mul's, one value at a time (any n): g <- g / (1 + exp(0 - g)) * u
+inline void silu_mul_ref(float* g, const float* u, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        const float x = g[i];
+        g[i] = x / (1.f + exp_ref(0.f - x)) * u[i];
     }
 }
 
@@ -105,8 +165,21 @@ QF_AVX2 inline void log_softmax_row(float* x, int n) {
     for (j = 0; j < n; ++j) x[j] = x[j] - lse;
 }
 
-// The k largest of x[0..n-1] in order (ties: the lower index first), their indices mapped through
-// ids when given.
+// log_softmax_row's: lane l sums the exponentials of x[l], x[l + 8], ... over the whole blocks of
+// 8, hsum's order, then the tail's one by one
+inline void log_softmax_row_ref(float* x, int n) {
+    float top = -INFINITY;
+    for (int j = 0; j < n; ++j) top = std::max(top, x[j]);
+    float lane[8] = {};
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; ++l) lane[l] = lane[l] + exp_ref(x[j + l] - top);
+    float sum = hsum_ref(lane);
+    for (; j < n; ++j) sum += exp_ref(x[j] - top);
+    const float lse = top + std::log(sum);
+    for (j = 0; j < n; ++j) x[j] = x[j] - lse;
+}
+
 // The index of a row's largest value, the first of equal ones (torch.argmax's; NaN never wins):
 // the maximum 8 lanes at a time, then the first index holding it. argmax_row_ref is its reference.
 inline int64_t argmax_row(const float* x, int n) {
@@ -133,7 +206,10 @@ inline int64_t argmax_row_ref(const float* x, int n) {
 // The most candidates top_k_row ranks (its index buffer): qf_draft refuses a larger k.
 constexpr int TOPK_MAX = 1024;
 
+// The k largest of x[0..n-1] (k <= TOPK_MAX; none for k <= 0) in order, ties to the lower index,
+// their indices mapped through ids when given: an insertion ranking, one pass over x (min(k, n) written).
 inline void top_k_row(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out) {
+    if (k <= 0) return;  // nothing to rank (vals[k - 1] below would be outside the buffer)
     int have = 0;
     int32_t idx[TOPK_MAX];
     for (int j = 0; j < n; ++j) {
@@ -148,6 +224,19 @@ inline void top_k_row(const float* x, int n, int k, const int64_t* ids, float* v
         idx[p] = j;
     }
     for (int i = 0; i < have; ++i) out[i] = ids ? ids[idx[i]] : idx[i];
+}
+
+// the same ranking as a sort of every index by (value descending, index ascending), for x without NaN
+inline void top_k_row_ref(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out) {
+    std::vector<int32_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    const int m = std::min(k, n);
+    std::partial_sort(order.begin(), order.begin() + m, order.end(),
+                      [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+    for (int i = 0; i < m; ++i) {
+        vals[i] = x[order[i]];
+        out[i] = ids ? ids[order[i]] : order[i];
+    }
 }
 
 // Attention of several query heads that share a kv head. Each query sees the first `shared` keys
@@ -284,7 +373,12 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
     }
 }
 
-// attend_lanes for a head size hd (a multiple of 8 up to 128: quantized.py checks)
+// The head sizes attend_queries takes: multiples of 8 up to 128 (quantized.shape_problem refuses a
+// model of another at load; the exported calls refuse it too, before any work).
+constexpr int HEAD_DIM_MAX = 128;
+inline bool head_dim_ok(int hd) { return hd >= 8 && hd <= HEAD_DIM_MAX && hd % 8 == 0; }
+
+// attend_lanes for a head size hd (head_dim_ok: any other is left unwritten or misread)
 inline void attend_queries(const Query* qs, int nq, int shared, const uint16_t* kbase, const uint16_t* vbase, int hd,
                            float scale, float* scores, size_t stride, float* acc, float* kbuf) {
     switch (hd / 8) {
@@ -293,6 +387,42 @@ inline void attend_queries(const Query* qs, int nq, int shared, const uint16_t* 
         QF_LANES(1) QF_LANES(2) QF_LANES(3) QF_LANES(4) QF_LANES(5) QF_LANES(6) QF_LANES(7) QF_LANES(8)
         QF_LANES(9) QF_LANES(10) QF_LANES(11) QF_LANES(12) QF_LANES(13) QF_LANES(14) QF_LANES(15) QF_LANES(16)
 #undef QF_LANES
+    }
+}
+
+// One key's score as scores8 computes it: 8 lanes, lane m an fma chain over q[m] k[m], q[m + 8]
+// k[m + 8], ... (the first a multiply), reduced ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)) as its hadds
+// and permutes do, times the scale. k: the key's fp16 row.
+inline float score_ref(const float* q, const uint16_t* k, int hd, float scale) {
+    float a[8];
+    for (int m = 0; m < 8; ++m) a[m] = q[m] * half_to_float(k[m]);
+    for (int i = 8; i < hd; i += 8)
+        for (int m = 0; m < 8; ++m) a[m] = std::fma(q[i + m], half_to_float(k[i + m]), a[m]);
+    return (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) * scale;
+}
+
+// attend_queries' result, one query at a time, every key read at its slot (no shared keys
+// converted once, no gathering): the scores, their max, p_j = exp(score_j - max) with lane j % 8
+// summing them in order (hsum's order), out = (sum_j p_j v_j, an fma chain key after key) * (1 / total).
+inline void attend_queries_ref(const Query* qs, int nq, const uint16_t* kbase, const uint16_t* vbase, int hd,
+                               float scale) {
+    for (int i = 0; i < nq; ++i) {
+        const Query& qi = qs[i];
+        std::vector<float> p(qi.n), acc(hd, 0.f);
+        for (int j = 0; j < qi.n; ++j) p[j] = score_ref(qi.q, kbase + (size_t)qi.slots[j] * hd, hd, scale);
+        float top = -INFINITY;
+        for (int j = 0; j < qi.n; ++j) top = std::max(top, p[j]);
+        float lane[8] = {};
+        for (int j = 0; j < qi.n; ++j) {
+            p[j] = exp_ref(p[j] - top);
+            lane[j % 8] = lane[j % 8] + p[j];
+        }
+        const float inv = 1.f / hsum_ref(lane);
+        for (int j = 0; j < qi.n; ++j) {
+            const uint16_t* v = vbase + (size_t)qi.slots[j] * hd;
+            for (int d = 0; d < hd; ++d) acc[d] = std::fma(p[j], half_to_float(v[d]), acc[d]);
+        }
+        for (int d = 0; d < hd; ++d) qi.out[d] = acc[d] * inv;
     }
 }
 

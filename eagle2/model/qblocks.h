@@ -1,5 +1,5 @@
 // The q4_1 forward's data (included by qforward.cpp): the weights' packed blocks, the activation
-// rows quantised per block, and the scalar reference every SIMD kernel is compared with.
+// rows quantised per block, and the scalar reference every integer kernel is compared with.
 //
 // Weights stay in the GGUF's blocks of 32 values along K: Q4_1 (value = d * q + m, q in 0..15) for
 // the layers' matrices, Q8_0 (value = d * q, q in -127..127) for the LM heads and the draft head.
@@ -138,7 +138,7 @@ inline void quantise_row(const float* x, int K, int r, QRows& out) { quantise_bl
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
-// The scalar reference of every kernel (qf_matmul_ref; the tests compare each SIMD path with it):
+// The scalar reference of every integer kernel (qf_matmul_ref; the tests compare each SIMD path with it):
 // rows [0, x.M), outputs [0, w.N), y [M, ldy] stored (add: y = y + acc).
 inline void matmul_reference(const QMat& w, const QRows& x, float* y, int ldy, bool add) {
     const int nb = w.K / QK;

@@ -2,8 +2,8 @@
 // (eagle2/model/quantized.py drives both through ctypes, which lets go of the GIL).
 //
 // qblocks.h holds the weights' blocks and the activations' int8 rows, qmatmul.h the integer
-// kernels (one per instruction set, chosen once), qattention.h the float parts, qprobe.h the
-// micro-kernels `profile` measures this machine with.
+// kernels (one per instruction set, chosen once), qattention.h the float parts (each beside its
+// scalar reference), qprobe.h the micro-kernels `profile` measures this machine with.
 //
 // One call is one OpenMP parallel region: the threads run every layer together and meet at
 // barriers (after each matmul, after the norms, after attention), instead of a region per matmul
@@ -404,11 +404,13 @@ double qf_read_gbs(int64_t bytes, int threads, int repeats) { return read_gbs((s
 //   null): each row's argmax, the first of equal values as torch.argmax.
 //   prof: [threads, qf_ops()] seconds added per op and thread, or null.
 // Returns 0; -1 when a query would see more keys than the cache holds (a caller's bug), -2 for a
-// token or a position outside the tables, -3 for a tap outside 0..L or named twice.
+// token or a position outside the tables, -3 for a tap outside 0..L or named twice, -4 for a head
+// size attention does not take (head_dim_ok: multiples of 8 up to 128).
 int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const float* cos, const float* sin, int rows,
                uint16_t* kc, uint16_t* vc, int cap, int start, const int64_t* positions, const uint8_t* visible,
                const int32_t* taps, int ntaps, float* aux, float* logits, int64_t* best, int threads, double* prof) {
     const int D = md->D, H = md->H, KV = md->KV, hd = md->hd, F = md->F;
+    if (!head_dim_ok(hd)) return -4;
     if (start < 0 || T < 1 || start + T > cap) return -1;
     for (int t = 0; t < T; ++t)
         if (tokens[t] < 0 || tokens[t] >= md->vocab || positions[t] < 0 || positions[t] >= rows) return -2;
@@ -492,12 +494,13 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
 //   logp [T, V_draft] out: log-probabilities; top_vals, top_ids [T, k] out (k may be 0): the k best
 //   in order, ties to the lower index, ids as target ids.
 // Returns 0; -1 when the slots exceed the cache, -2 for a token or width it cannot take, -3 for a
-// top k above TOPK_MAX.
+// top k above TOPK_MAX, -4 for a head size attention does not take (head_dim_ok).
 int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int width, int T, const float* cos,
              const float* sin, uint16_t* kc, uint16_t* vc, int cap, int committed, int start, const uint8_t* tree,
              float* g, float* logp, int k, float* top_vals, int64_t* top_ids, int threads) {
     const QHead3& ly = m->layer;
     const int D = ly.D, H = ly.H, KV = ly.KV, hd = ly.hd, F = ly.F, V = m->lm.N;
+    if (!head_dim_ok(hd)) return -4;
     if (committed < 0 || start < committed || T < 1 || start + T > cap) return -1;
     const bool fc = width != D;
     if ((fc && (!m->fc.data || m->fc.K != width)) || k < 0 || k > V) return -2;
@@ -570,14 +573,15 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
 // children join the pool with path values, and the top_k best of the level are the next beam. Then
 // the N verified: the total_tokens best (0) or the rate's best N, twice or half of it when the
 // budget explores (1, 2); the rerank keeps the N-1 best nodes and the layout orders them for the
-// target. Returns 0; -3 when the arrays are too small or the arguments out of range; else what
-// qf_draft returned.
+// target. Returns 0; -3 when the arrays are too small or the arguments out of range, -4 for a head
+// size attention does not take (head_dim_ok), before any work; else what qf_draft returned.
 int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     const auto t_entry = std::chrono::steady_clock::now();
     auto now = [&] {  // the cycle's drafting seconds so far
         return in->spent0 + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
     };
     const int D = m->layer.D, hd = m->layer.hd, k = in->top_k;
+    if (!head_dim_ok(hd)) return -4;
     if (k < 1 || k > QT_TOPK || in->depth < 0 || in->total_tokens < 1 || in->n_root < 0) return -3;
     const int kk = std::min(in->n_root, k);
     int n = 0;
@@ -716,6 +720,65 @@ int qf_best_width(const double* pool, int n_pool, const double* beam, int nb, co
 
 // A row's argmax by the kernel (ref 0) or its reference (ref 1): what the tests compare.
 int64_t qf_argmax(const float* x, int n, int ref) { return ref ? argmax_row_ref(x, n) : argmax_row(x, n); }
+
+// The float kernels of qattention.h (ref 0) or their scalar references (ref 1) on given rows: these
+// exist for the tests (test_kernel_refs.py), which hold each pair to the same bits.
+void qf_rmsnorm(const float* x, const float* w, float* y, int D, float eps, int ref) {
+    ref ? rmsnorm_row_ref(x, w, y, D, eps) : rmsnorm_row(x, w, y, D, eps);
+}
+
+// y = exp(x) by exp8, 8 at a time, or exp_ref one by one; -1 for the kernel when n is not a multiple of 8
+int qf_exp(const float* x, float* y, int n, int ref) {
+    if (n < 0 || (!ref && n % 8)) return -1;
+    if (ref)
+        for (int i = 0; i < n; ++i) y[i] = exp_ref(x[i]);
+    else
+        for (int i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+    return 0;
+}
+
+// g <- silu(g) * u; -1 for the kernel (which steps by 8) when n is not a multiple of 8
+int qf_silu_mul(float* g, const float* u, int n, int ref) {
+    if (n < 0 || (!ref && n % 8)) return -1;
+    ref ? silu_mul_ref(g, u, (size_t)n) : silu_mul(g, u, (size_t)n);
+    return 0;
+}
+
+void qf_log_softmax(float* x, int n, int ref) { ref ? log_softmax_row_ref(x, n) : log_softmax_row(x, n); }
+
+// the min(k, n) best into vals, out; -3 for k outside 0..TOPK_MAX
+int qf_top_k(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out, int ref) {
+    if (k < 0 || k > TOPK_MAX) return -3;
+    if (k > 0) ref ? top_k_row_ref(x, n, k, ids, vals, out) : top_k_row(x, n, k, ids, vals, out);
+    return 0;
+}
+
+// nq queries q [nq, hd] over one kv head's cache kc, vc [cap, hd] (fp16): query i's keys are
+// slots[counts[0] + ... + counts[i-1] ..][0..counts[i]-1], the first `shared` of them 0..shared-1;
+// out [nq, hd]. The scratch is sized as attention_block sizes it. -1 for slots outside the cache or
+// a list that does not start with the shared ones, -4 for a head size attention does not take.
+int qf_attend(const float* q, int nq, int hd, const uint16_t* kc, const uint16_t* vc, int cap, const int32_t* slots,
+              const int32_t* counts, int shared, float scale, float* out, int ref) {
+    if (!head_dim_ok(hd)) return -4;
+    if (nq < 1 || shared < 0) return -1;
+    std::vector<Query> qs;
+    size_t longest = 0;
+    for (int i = 0, at = 0; i < nq; at += counts[i++]) {
+        if (counts[i] < std::max(shared, 1)) return -1;
+        for (int j = 0; j < counts[i]; ++j)
+            if (slots[at + j] < 0 || slots[at + j] >= cap || (j < shared && slots[at + j] != j)) return -1;
+        qs.push_back(Query{q + (size_t)i * hd, out + (size_t)i * hd, slots + at, counts[i]});
+        longest = std::max(longest, (size_t)counts[i]);
+    }
+    if (ref) {
+        attend_queries_ref(qs.data(), nq, kc, vc, hd, scale);
+        return 0;
+    }
+    const size_t stride = (longest + 16) / 8 * 8;
+    std::vector<float> scores(nq * stride), acc((size_t)nq * hd), kbuf((size_t)KEY_CHUNK * hd);
+    attend_queries(qs.data(), nq, shared, kc, vc, hd, scale, scores.data(), stride, acc.data(), kbuf.data());
+    return 0;
+}
 
 // The accepted nodes' K/V kept in a cache of `planes` planes [cap, row_bytes] (qt::commit_rows).
 // Returns -1 for slots out of order or outside the cache.

@@ -99,8 +99,14 @@ def shape_problem(a) -> str | None:
         if n % QK:
             return f"The q4_1 forward needs a {what} that is a multiple of {QK} (this model's is {n})"
     if a.head_dim % 8 or a.head_dim > 128:
-        return f"The q4_1 forward takes head sizes up to 128 in steps of 8 (this model's is {a.head_dim})"
+        return head_size_problem(a.head_dim)
     return None
+
+
+def head_size_problem(hd: int) -> str:
+    """The kernels' line for a head size their attention does not take (qattention.h's head_dim_ok;
+    the calls that reach attention return -4 for one)."""
+    return f"The q4_1 forward takes head sizes up to 128 in steps of 8 (this model's is {hd})"
 
 
 # ------------------------------------------------------------------ blocks
@@ -288,6 +294,12 @@ SIGNATURES = {
     "qf_draft_tree": ([_DRAFT, ctypes.POINTER(_CTreeIn), ctypes.POINTER(_CTreeOut)], _int),
     "qf_commit": ([_ptr_t, _ptr_t, ctypes.c_int64, _int, _int, _int, _ptr_t, _int], _int),
     "qf_argmax": ([_ptr_t, _int, _int], ctypes.c_int64),
+    "qf_rmsnorm": ([_ptr_t, _ptr_t, _ptr_t, _int, ctypes.c_float, _int], None),
+    "qf_exp": ([_ptr_t, _ptr_t, _int, _int], _int),
+    "qf_silu_mul": ([_ptr_t, _ptr_t, _int, _int], _int),
+    "qf_log_softmax": ([_ptr_t, _int, _int], None),
+    "qf_top_k": ([_ptr_t, _int, _int, _ptr_t, _ptr_t, _ptr_t, _int], _int),
+    "qf_attend": ([_ptr_t, _int, _int, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, ctypes.c_float, _ptr_t, _int], _int),
     "qf_best_width": ([_ptr_t, _int, _ptr_t, _int, _ptr_t, _int, _dbl, _ptr_t, _int, _dbl, _ptr_t, _int], _int),
 }
 _MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHead3, "QDraft": _CDraft,
@@ -529,6 +541,8 @@ class KernelTarget:
             raise UserError("A token id or a position outside the model's vocabulary or its RoPE tables.")
         if rc == -3:
             raise ValueError(f"the q4_1 forward: taps {list(self._taps)} must be distinct layers in 0..{a.n_layers}")
+        if rc == -4:
+            raise ValueError(head_size_problem(self._c_model.hd))
         if rc != 0:
             raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
         return x, taps
@@ -638,6 +652,8 @@ class KernelDraft:
             raise RuntimeError("draft cache full")
         if rc == -3:
             raise ValueError(f"the draft head's step ranks at most {TOPK_MAX} candidates a row (asked {k})")
+        if rc == -4:
+            raise ValueError(head_size_problem(self.c.layer.hd))
         if rc != 0:
             raise UserError("The draft head was given a token outside its vocabulary or features of a width it "
                             "does not read.")
@@ -706,6 +722,8 @@ class KernelDraft:
         if rc == -3:
             raise ValueError(f"qf_draft_tree: a tree of top_k {top_k}, depth {depth}, {total_tokens} tokens does "
                              f"not fit its arrays (top_k at most 16)")
+        if rc == -4:
+            raise ValueError(head_size_problem(self.c.layer.hd))
         if rc != 0:
             raise UserError("The draft head was given a token outside its vocabulary.")
         return {k: getattr(cout, k) for k in ("n", "n_beams", "draft_calls", "n_verify", "best_n", "expected", "head_s")}
