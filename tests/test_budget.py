@@ -335,6 +335,34 @@ def test_the_process_exits_without_waiting_for_a_measurement(tmp_path):
     assert time.monotonic() - t0 < 30   # the measurement alone takes 60 s
 
 
+EXITS_WHILE_THE_KERNELS_MEASURE = """
+import time
+from eagle2.model import measurer
+from eagle2.model.loading import load_bundle
+b = load_bundle()   # the default: the q4_1 kernels, their threads inside each forward
+measurer.Measurer(settle_s=0.0).request(b, refresh=True)
+time.sleep(1.5)     # its forwards running now (a table takes several seconds)
+print("leaving", flush=True)
+"""
+
+
+@pytest.mark.slow   # the full suite's: the real model's load and part of a measurement
+def test_the_process_exits_cleanly_while_the_kernels_measure(real_model_cache, tmp_path):
+    """The abandoned measurement is inside the kernels' OpenMP forwards when the interpreter
+    exits: the process still ends at once with 0, no abort."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "EAGLE2_CACHE": str(real_model_cache), "EAGLE2_TIMING_CACHE": str(tmp_path / "t.json")}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", EXITS_WHILE_THE_KERNELS_MEASURE], capture_output=True, text=True,
+                       timeout=170, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "leaving", r.stderr[-2000:]
+    assert "terminate" not in r.stderr and "Abort" not in r.stderr, r.stderr[-2000:]
+    assert time.monotonic() - t0 < 120
+    assert not (tmp_path / "t.json").exists()   # nothing half-measured was cached
+
+
 def test_a_timing_taken_while_decoding_is_not_cached(sampling_setup, tmp_path, monkeypatch, measurer):
     """A measurement with a decode in flight when it began, or one starting before it ended, is not
     written to the cache: the background measurer gives way at once and measures again when quiet."""
