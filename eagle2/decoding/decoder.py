@@ -73,7 +73,6 @@ class DecodeState:
     finished: str | None = None               # "eos", "max_new_tokens", "context" once done
 
 
-
 def checked_ids(bundle, ids: list[int]) -> list[int]:
     """A prompt's token ids if the model can decode after them, else one clear line (UserError)."""
     check(len(ids) >= 1, "The prompt is empty: type something first.")
@@ -81,6 +80,7 @@ def checked_ids(bundle, ids: list[int]) -> list[int]:
     check(len(ids) + 2 <= ctx,
           f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
     return ids
+
 
 class Decoder:
     def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,

@@ -123,8 +123,9 @@ def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], b
     """t(N) measured now in this thread, and whether it was quiet: no decode in flight when it
     began, none started before it ended. Only a quiet table is cached. `give_way`: stop at the next
     size once a decode starts (the background measurer: a visitor's Step does not share the CPU with
-    it for long) or the interpreter exits (its worker thread is joined then). One line in the log says which
-    thread measured and what became of the table."""
+    it for long) or the main thread has ended (the process is exiting: the measurer's daemon worker is
+    not waited for, and a table cut short is not cached). One line in the log says which thread
+    measured and what became of the table."""
     with _measuring:
         key, mark, t0 = cache_key(bundle), DECODING.mark(), time.perf_counter()
         t = measure_verify_times(bundle, stop=(lambda: not DECODING.quiet_since(mark)

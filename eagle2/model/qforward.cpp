@@ -749,7 +749,7 @@ void qf_log_softmax(float* x, int n, int ref) { ref ? log_softmax_row_ref(x, n) 
 // the min(k, n) best into vals, out; -3 for k outside 0..TOPK_MAX
 int qf_top_k(const float* x, int n, int k, const int64_t* ids, float* vals, int64_t* out, int ref) {
     if (k < 0 || k > TOPK_MAX) return -3;
-    if (k > 0) ref ? top_k_row_ref(x, n, k, ids, vals, out) : top_k_row(x, n, k, ids, vals, out);
+    ref ? top_k_row_ref(x, n, k, ids, vals, out) : top_k_row(x, n, k, ids, vals, out);
     return 0;
 }
 
