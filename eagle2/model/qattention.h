@@ -291,7 +291,11 @@ inline void gather8(const uint16_t* base, const int32_t* slots, int count, int h
 
 constexpr int KEY_CHUNK = 64;  // shared keys converted at a time (kbuf holds KEY_CHUNK x hd floats)
 
-// scores: [nq, stride] (stride >= every n rounded up to 8, plus 8); acc: [nq, hd];
+// The scores' row stride for queries of at most `longest` keys: every n rounded up to 8, plus 8
+// (attend_lanes keeps a row's total in its last cell). Every caller sizes its scratch by it.
+inline size_t score_stride(size_t longest) { return (longest + 16) / 8 * 8; }
+
+// scores: [nq, score_stride(longest n)]; acc: [nq, hd];
 // kbuf: [KEY_CHUNK, hd] floats (KEY_CHUNK a multiple of 8). A single query reads the fp16 cache directly.
 template <int LANES>
 QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* kbase, const uint16_t* vbase,

@@ -241,7 +241,7 @@ void attention_block(Team& tm, const Attention& a, Buffers& b, int T, int H, int
     const int group = H / KV, width = H * hd, per_kv = T * group;
     const int chunks = std::max(1, std::min(per_kv, (2 * tm.nt + KV - 1) / KV));
     const bool quantise_heads = hd % QK == 0;  // a head's output is whole blocks: quantise it here
-    const size_t stride = (longest + 16) / 8 * 8;
+    const size_t stride = score_stride(longest);
     const int most = (per_kv + chunks - 1) / chunks;
     tm.scores.resize(most * stride);
     tm.acc.resize((size_t)most * hd);
@@ -755,8 +755,9 @@ int qf_top_k(const float* x, int n, int k, const int64_t* ids, float* vals, int6
 
 // nq queries q [nq, hd] over one kv head's cache kc, vc [cap, hd] (fp16): query i's keys are
 // slots[counts[0] + ... + counts[i-1] ..][0..counts[i]-1], the first `shared` of them 0..shared-1;
-// out [nq, hd]. The scratch is sized as attention_block sizes it. -1 for slots outside the cache or
-// a list that does not start with the shared ones, -4 for a head size attention does not take.
+// out [nq, hd]. The scratch is sized as attention_block sizes it (score_stride, KEY_CHUNK). -1 for
+// slots outside the cache or a list that does not start with the shared ones, -4 for a head size
+// attention does not take.
 int qf_attend(const float* q, int nq, int hd, const uint16_t* kc, const uint16_t* vc, int cap, const int32_t* slots,
               const int32_t* counts, int shared, float scale, float* out, int ref) {
     if (!head_dim_ok(hd)) return -4;
@@ -774,7 +775,7 @@ int qf_attend(const float* q, int nq, int hd, const uint16_t* kc, const uint16_t
         attend_queries_ref(qs.data(), nq, kc, vc, hd, scale);
         return 0;
     }
-    const size_t stride = (longest + 16) / 8 * 8;
+    const size_t stride = score_stride(longest);
     std::vector<float> scores(nq * stride), acc((size_t)nq * hd), kbuf((size_t)KEY_CHUNK * hd);
     attend_queries(qs.data(), nq, shared, kc, vc, hd, scale, scores.data(), stride, acc.data(), kbuf.data());
     return 0;
