@@ -14,8 +14,9 @@ import ctypes
 _libc = None
 
 
-def trim_heap() -> None:
-    """malloc_trim(0); a no-op where the C library has none (not glibc)."""
+def _glibc():
+    """glibc with malloc_trim and mallopt declared, resolved once; None where the C library is
+    another."""
     global _libc
     if _libc is None:
         try:
@@ -24,8 +25,14 @@ def trim_heap() -> None:
             _libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         except (OSError, AttributeError):
             _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
+    return _libc or None
+
+
+def trim_heap() -> None:
+    """malloc_trim(0); a no-op where the C library has none (not glibc)."""
+    libc = _glibc()
+    if libc:
+        libc.malloc_trim(0)
 
 
 M_MMAP_THRESHOLD = -3          # glibc's mallopt parameter
@@ -52,11 +59,5 @@ def transient_blocks_mapped():
 
 
 def _mallopt(param: int, value: int) -> bool:
-    if _libc is None:
-        trim_heap()   # resolves the library
-    if not _libc:
-        return False
-    try:
-        return bool(_libc.mallopt(param, value))
-    except AttributeError:
-        return False
+    libc = _glibc()
+    return bool(libc.mallopt(param, value)) if libc else False
