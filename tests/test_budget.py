@@ -326,11 +326,12 @@ print("leaving", flush=True)
 def test_the_process_exits_without_waiting_for_a_measurement(tmp_path):
     """A tool that asked for t(N) in the background and ends meanwhile exits at once: the
     measurement is abandoned (never cached half-done), not waited for."""
+    import os
     import subprocess
     import sys
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-c", EXITS_WHILE_MEASURING], capture_output=True, text=True, timeout=50,
-                       env={**__import__("os").environ, "EAGLE2_CACHE": str(tmp_path)})
+                       env={**os.environ, "EAGLE2_CACHE": str(tmp_path)})
     assert r.returncode == 0 and r.stdout.strip() == "leaving", r.stderr[-2000:]
     assert time.monotonic() - t0 < 30   # the measurement alone takes 60 s
 
