@@ -89,3 +89,34 @@ def test_bench_auto_budget_rows(tmp_path, capsys):
     assert max(map(int, s2["policies"]["eagle2-auto"]["auto_n"])) <= 12
     rc = cli_main(["bench", "--prompts", str(prompts), "--policies", "eagle2,no-such-policy", "--out", str(out)])
     assert rc == 2 and "Unknown policy 'no-such-policy'" in capsys.readouterr().err
+
+
+def test_bench_spread_names_the_slowest_and_fastest_prompt_and_each_category():
+    """A figure over many prompts comes with the prompts behind it: each prompt's speedup over plain on
+    that prompt, the slowest and fastest named, the median, and each category's own speedup."""
+    from eagle2.tools.bench import spread
+
+    def row(pol, qid, cat, tokens, wall, fwds):
+        return {"policy": pol, "question_id": qid, "category": cat, "new_tokens": tokens, "wall_s": wall,
+                "target_forwards": fwds}
+    rows = [row("plain", 1, "code", 100, 1.0, 100), row("auto", 1, "code", 100, 0.5, 40),     # 2.0x
+            row("plain", 2, "code", 100, 1.0, 100), row("auto", 2, "code", 100, 1.0, 60),     # 1.0x
+            row("plain", 3, "chat", 50, 0.5, 50), row("auto", 3, "chat", 50, 0.625, 45)]      # 0.8x
+    s = spread(rows, ["plain", "auto"])
+    assert set(s) == {"auto"}  # plain is the reference, not a row of the spread
+    a = s["auto"]
+    assert a["prompts"] == 3
+    assert (a["slowest"]["question_id"], a["slowest"]["category"]) == (3, "chat")
+    assert a["slowest"]["speedup"] == pytest.approx(0.8) and a["slowest"]["tau"] == pytest.approx(50 / 45)
+    assert (a["fastest"]["question_id"], a["fastest"]["speedup"]) == (1, pytest.approx(2.0))
+    assert a["median"] == pytest.approx(1.0)
+    # a category's speedup is its tokens over its time, not a mean of its prompts' ratios
+    assert a["by_category"] == {"chat": pytest.approx(0.8), "code": pytest.approx(200 / 1.5 / 200 * 2.0)}
+    assert (a["category_min"], a["category_max"]) == (pytest.approx(0.8), pytest.approx(200 / 1.5 / 100))
+
+
+def test_bench_judges_every_held_out_prompt_by_default():
+    from eagle2.tools.bench import build_parser
+    from eagle2.tools.prompt_files import HELDOUT, read_prompts
+    a = build_parser().parse_args(["--out", "x"])
+    assert a.prompts == str(HELDOUT) and a.limit == 0 and len(read_prompts(HELDOUT)) == 60

@@ -38,7 +38,7 @@ from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling
                     costs_first, recalibrate, sampling_from)
 from ..machine import cpu_info, describe_cpu
 from .llamacpp import PEERS, LlamaCppPeer, missing_reason, skip_line, version as llama_cpp_version
-from .prompt_files import read_prompts
+from .prompt_files import HELDOUT, read_prompts
 
 # transformers' generate and its prompt lookup, and llama.cpp: not tree policies, and not held to
 # plain's tokens (their identity with plain is reported, not required)
@@ -62,14 +62,16 @@ def spread_over_categories(prompts: list[dict], k: int) -> list[dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eagle2 bench", description=__doc__)
-    ap.add_argument("--prompts", required=True, help="MT-bench format jsonl (question_id, category, turns)")
+    ap.add_argument("--prompts", default=str(HELDOUT),
+                    help="MT-bench format jsonl (question_id, category, turns); default: all 60 held-out prompts")
     ap.add_argument("--policies", default="plain,static,eagle2",
                     help="comma list: plain, any registered tree policy (eagle2, eagle2-auto, eagle2-auto-n, "
                          "static, ddd, dyspec, lantern, ...), hf, hf-pld, llama.cpp-q4_1, llama.cpp-f32 (with the "
                          "llamacpp extra installed); every row runs on the forward --dtype chooses (to compare "
                          "backends, run the bench once per --dtype)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--limit", type=int, default=0, help="K prompts spread over the categories (round-robin, file order within each)")
+    ap.add_argument("--limit", type=int, default=0, help="smoke runs only: K prompts spread over the categories (round-robin, file order within each); "
+                         "a speed claim is judged on every prompt of the file")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--sweep", action="store_true", help="grid over N x depth x top_k of --sweep-policy")
@@ -362,7 +364,42 @@ def summarise(rows, names, greedy) -> dict:
         for s in d.values():
             s["speedup"] = s["tokens_per_s"] / b if b else 0.0
         by_cat[c] = d
-    return {"policies": by_pol, "by_category": by_cat}
+    return {"policies": by_pol, "by_category": by_cat, "spread": spread(rows, names)}
+
+
+def spread(rows, names) -> dict:
+    """How far one figure hides the prompts behind it: per row, each prompt's speedup over plain
+    (its tokens/s over plain's on the same prompt, repeats summed), the slowest, the median and the
+    fastest prompt, and the range over the categories' speedups."""
+    def rate(rs):
+        wall = sum(r["wall_s"] for r in rs)
+        return sum(r["new_tokens"] for r in rs) / wall if wall else 0.0
+
+    by_q: dict[tuple[str, object], list[dict]] = defaultdict(list)
+    for r in rows:
+        by_q[(r["policy"], r["question_id"])].append(r)
+    out = {}
+    for n in names:
+        if n == PLAIN_ROW.label:
+            continue
+        per = []
+        for (pol, qid), rs in by_q.items():
+            base = rate(by_q.get((PLAIN_ROW.label, qid), []))
+            if pol == n and base:
+                per.append({"question_id": qid, "category": rs[0]["category"], "speedup": rate(rs) / base,
+                            "tau": sum(r["new_tokens"] for r in rs) / max(sum(r["target_forwards"] for r in rs), 1)})
+        if not per:
+            continue
+        per.sort(key=lambda e: e["speedup"])
+        cats: dict[str, list[dict]] = defaultdict(list)
+        for r in rows:
+            cats[r["category"]].append(r)
+        by_cat = {c: rate([r for r in rs if r["policy"] == n]) / rate([r for r in rs if r["policy"] == PLAIN_ROW.label])
+                  for c, rs in sorted(cats.items()) if rate([r for r in rs if r["policy"] == PLAIN_ROW.label])}
+        out[n] = {"prompts": len(per), "slowest": per[0], "median": per[len(per) // 2]["speedup"], "fastest": per[-1],
+                  "category_min": min(by_cat.values()), "category_max": max(by_cat.values()),
+                  "by_category": by_cat}
+    return out
 
 
 def print_table(summary) -> None:
@@ -380,7 +417,23 @@ def print_table(summary) -> None:
                 ident += f", mean width {s['auto_mean_widths']:.1f}"
         print(f"{n:34s} {s['tau']:6.2f} {s['tokens_per_s']:8.2f} {s['speedup']:7.2f}x {s['new_tokens']:7d} "
               f"{s['target_forwards']:6d}{ident}")
+    print_spread(summary)
     print_phases(summary)
+
+
+def print_spread(summary) -> None:
+    """Per row: the categories' speedups and the slowest, median and fastest prompt."""
+    sp = summary.get("spread") or {}
+    if not sp:
+        return
+    print("\nspread over prompts (speedup over plain, each prompt and each category on its own):")
+    for n, s in sp.items():
+        lo, hi = s["slowest"], s["fastest"]
+        cats = ", ".join(f"{c} {v:.2f}x" for c, v in s["by_category"].items())
+        print(f"{n:34s} {s['prompts']} prompts: slowest {lo['speedup']:.2f}x (#{lo['question_id']} {lo['category']}, "
+              f"tau {lo['tau']:.2f}), median {s['median']:.2f}x, fastest {hi['speedup']:.2f}x "
+              f"(#{hi['question_id']} {hi['category']}, tau {hi['tau']:.2f})")
+        print(f"{'':34s} categories {s['category_min']:.2f}-{s['category_max']:.2f}x: {cats}")
 
 
 def print_phases(summary) -> None:
