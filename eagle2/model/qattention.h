@@ -146,11 +146,24 @@ QF_AVX2 inline void to_half(const float* x, uint16_t* y, int n) {
 }
 
 
+// The largest of x[0..n-1] (no NaN among them), 8 lanes at a time: the value a scalar scan finds (a
+// max is exact in any order; where +0 and -0 tie, either gives the same differences below it)
+QF_AVX2 inline float max_of(const float* x, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    float top = -INFINITY;
+    for (float l : lanes) top = std::max(top, l);
+    for (; j < n; ++j) top = std::max(top, x[j]);
+    return top;
+}
+
 // x <- log(softmax(x)) over n values: the max, the exponentials summed 8 lanes at a time in
 // order (a fixed horizontal sum), then x - (max + log(sum)).
 QF_AVX2 inline void log_softmax_row(float* x, int n) {
-    float top = -INFINITY;
-    for (int j = 0; j < n; ++j) top = std::max(top, x[j]);
+    const float top = max_of(x, n);
     const __m256 vtop = _mm256_set1_ps(top);
     __m256 tot = _mm256_setzero_ps();
     int j = 0;
@@ -324,9 +337,7 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
             gather8(kbase, qi.slots + j, std::min(8, qi.n - j), hd, kb16);
             scores8<LANES, true>(qi.q, kb16, hd, vscale, sc + j);
         }
-        float top = -INFINITY;
-        for (int j = 0; j < qi.n; ++j) top = std::max(top, sc[j]);
-        const __m256 vtop = _mm256_set1_ps(top);
+        const __m256 vtop = _mm256_set1_ps(max_of(sc, qi.n));
         __m256 tot = _mm256_setzero_ps();
         for (int j = 0; j < qi.n; j += 8) {
             __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), vtop));
