@@ -22,9 +22,10 @@ PLAIN = "plain"   # the decoder without a tree, every speedup's reference
 # name: (class, one line for people)
 REGISTRY: dict[str, tuple[type[TreePolicy], str]] = {c.name: (c, d) for c, d in (
     (Eagle2Policy, "EAGLE-2: a context-aware dynamic tree (expand the best nodes, keep the N best of the pool)."),
-    (AutoBudgetPolicy, "EAGLE-2 whose N and depth are chosen every cycle from this machine's measured costs "
-                       "(N and depth become caps); its first use measures the target's verification times "
-                       "(seconds, cached)."),
+    (AutoBudgetPolicy, "EAGLE-2 whose N, depth and beam width are chosen every cycle from this machine's "
+                       "measured costs (N, depth and top-k become caps): it starts from the cached t(N) table, or "
+                       "an estimate while one is measured in the background, and corrects it from every "
+                       "verification it times."),
     (AutoBudgetNPolicy, "the auto budget choosing N only, at a fixed depth."),
     (StaticPolicy, "EAGLE-1's fixed 25-node tree, the same shape whatever the context."),
     (DDDPolicy, "EAGLE-2 that stops expanding when the beam's draft mass is low (DDD)."),
