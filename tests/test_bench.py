@@ -35,6 +35,11 @@ def test_bench_writes_summary_csv_and_report(tmp_path):
         assert p["tau"] == p["new_tokens"] / p["target_forwards"]
     assert s["policies"]["plain"]["speedup"] == 1.0 and s["policies"]["plain"]["tau"] == 1.0
     assert set(s["by_category"]) == {"math", "writing"} and s["device"].startswith("cpu")
+    assert set(s["spread"]) == set(s["policies"]) - {"plain"}   # every row but the reference, prompt by prompt
+    for sp in s["spread"].values():
+        assert sp["prompts"] == 2 and set(sp["by_category"]) == {"math", "writing"}
+        assert sp["slowest"]["speedup"] <= sp["median"] <= sp["fastest"]["speedup"]
+        assert {sp["slowest"]["question_id"], sp["fastest"]["question_id"]} <= {1, 2}
     rows = list(csv.DictReader(open(out / "per_prompt.csv")))
     assert len(rows) == 2 * 4 and {r["policy"] for r in rows} == set(s["policies"])
     assert not (out / "report.html").exists()  # the engine writes numbers only
