@@ -99,7 +99,7 @@ def test_bench_auto_budget_rows(tmp_path, capsys):
 def test_bench_spread_names_the_slowest_and_fastest_prompt_and_each_category():
     """A figure over many prompts comes with the prompts behind it: each prompt's speedup over plain on
     that prompt, the slowest and fastest named, the median, and each category's own speedup."""
-    from eagle2.tools.bench import spread
+    from eagle2.tools.bench import summarise
 
     def row(pol, qid, cat, tokens, wall, fwds):
         return {"policy": pol, "question_id": qid, "category": cat, "new_tokens": tokens, "wall_s": wall,
@@ -107,7 +107,7 @@ def test_bench_spread_names_the_slowest_and_fastest_prompt_and_each_category():
     rows = [row("plain", 1, "code", 100, 1.0, 100), row("auto", 1, "code", 100, 0.5, 40),     # 2.0x
             row("plain", 2, "code", 100, 1.0, 100), row("auto", 2, "code", 100, 1.0, 60),     # 1.0x
             row("plain", 3, "chat", 50, 0.5, 50), row("auto", 3, "chat", 50, 0.625, 45)]      # 0.8x
-    s = spread(rows, ["plain", "auto"])
+    s = summarise(rows, ["plain", "auto"], greedy=False)["spread"]
     assert set(s) == {"auto"}  # plain is the reference, not a row of the spread
     a = s["auto"]
     assert a["prompts"] == 3

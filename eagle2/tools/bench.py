@@ -364,17 +364,13 @@ def summarise(rows, names, greedy) -> dict:
         for s in d.values():
             s["speedup"] = s["tokens_per_s"] / b if b else 0.0
         by_cat[c] = d
-    return {"policies": by_pol, "by_category": by_cat, "spread": spread(rows, names)}
+    return {"policies": by_pol, "by_category": by_cat, "spread": spread(rows, names, by_cat)}
 
 
-def spread(rows, names) -> dict:
+def spread(rows, names, by_cat: dict) -> dict:
     """How far one figure hides the prompts behind it: per row, each prompt's speedup over plain
     (its tokens/s over plain's on the same prompt, repeats summed), the slowest, the median and the
-    fastest prompt, and the range over the categories' speedups."""
-    def rate(rs):
-        wall = sum(r["wall_s"] for r in rs)
-        return sum(r["new_tokens"] for r in rs) / wall if wall else 0.0
-
+    fastest prompt, and the categories' speedups (`by_cat`, summarise's) with their range."""
     by_q: dict[tuple[str, object], list[dict]] = defaultdict(list)
     for r in rows:
         by_q[(r["policy"], r["question_id"])].append(r)
@@ -384,21 +380,17 @@ def spread(rows, names) -> dict:
             continue
         per = []
         for (pol, qid), rs in by_q.items():
-            base = rate(by_q.get((PLAIN_ROW.label, qid), []))
+            base = aggregate(by_q.get((PLAIN_ROW.label, qid), []))["tokens_per_s"]
             if pol == n and base:
-                per.append({"question_id": qid, "category": rs[0]["category"], "speedup": rate(rs) / base,
-                            "tau": sum(r["new_tokens"] for r in rs) / max(sum(r["target_forwards"] for r in rs), 1)})
+                a = aggregate(rs)
+                per.append({"question_id": qid, "category": rs[0]["category"], "speedup": a["tokens_per_s"] / base,
+                            "tau": a["tau"]})
         if not per:
             continue
         per.sort(key=lambda e: e["speedup"])
-        cats: dict[str, list[dict]] = defaultdict(list)
-        for r in rows:
-            cats[r["category"]].append(r)
-        by_cat = {c: rate([r for r in rs if r["policy"] == n]) / rate([r for r in rs if r["policy"] == PLAIN_ROW.label])
-                  for c, rs in sorted(cats.items()) if rate([r for r in rs if r["policy"] == PLAIN_ROW.label])}
+        cats = {c: d[n]["speedup"] for c, d in by_cat.items()}
         out[n] = {"prompts": len(per), "slowest": per[0], "median": per[len(per) // 2]["speedup"], "fastest": per[-1],
-                  "category_min": min(by_cat.values()), "category_max": max(by_cat.values()),
-                  "by_category": by_cat}
+                  "category_min": min(cats.values()), "category_max": max(cats.values()), "by_category": cats}
     return out
 
 
