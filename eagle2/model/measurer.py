@@ -6,13 +6,19 @@ worker thread measures, one request per cache key at a time. It measures only wh
 decoded in this process for `settle_s` seconds, gives way as soon as a decode starts (the
 measurement is then discarded, not cached), and tries again `tries` times, each wait bounded.
 
-The worker is a daemon thread: the interpreter's exit does not wait for it. (A ThreadPoolExecutor's
-worker is joined at exit before the main thread counts as stopped, so a measurement under way held
-a command-line tool's exit for its whole length, 13 s measured; an abandoned measurement is simply
-not cached, the cache being written whole under its lock.)
+The worker is a daemon thread: the interpreter's exit does not wait for its measurement. (A
+ThreadPoolExecutor's worker is joined at exit before the main thread counts as stopped, so a
+measurement under way held a command-line tool's exit for its whole length, 13 s measured; an
+abandoned measurement is simply not cached, the cache being written whole under its lock.) It
+waits, at most EXIT_WAIT_S, for the size being timed to end (the measurement stops at the next size
+once the main thread has ended, `calibration.measure_quietly`): a daemon thread still inside
+torch's C++ when the interpreter finalises is ended there by an unwind that C++ does not let pass,
+and the process aborted ("terminate called without an active exception") in about one exit in five
+on a loaded 2-core machine.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -24,6 +30,8 @@ from . import calibration
 from .activity import DECODING
 
 log = logging.getLogger(__name__)
+
+EXIT_WAIT_S = 5.0   # at the interpreter's exit, the longest wait for the size being timed to end
 
 
 class Measurer:
@@ -57,6 +65,7 @@ class Measurer:
                 if self._worker is None:
                     self._worker = threading.Thread(target=self._serve, name="eagle2-t(N)-measurer", daemon=True)
                     self._worker.start()
+                    atexit.register(self._at_exit, self._worker)
             return f
 
     def _serve(self) -> None:
@@ -97,6 +106,15 @@ class Measurer:
                 return False
             pause = min(2 * pause, 2.0)
         return not self._closed.is_set()
+
+    def _at_exit(self, worker: threading.Thread) -> None:
+        """At the interpreter's exit (after the main thread has ended, before finalisation): no more
+        requests, and the worker's measurement stopped at the next size, waited for EXIT_WAIT_S at
+        most."""
+        if worker.is_alive():
+            self._closed.set()
+            self._queue.put(None)
+            worker.join(EXIT_WAIT_S)
 
     def after_fork(self) -> None:
         """In a forked child: a worker thread, lock and queue of its own (the parent's worker is
