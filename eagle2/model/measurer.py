@@ -108,23 +108,20 @@ class Measurer:
         return not self._closed.is_set()
 
     def _at_exit(self, worker: threading.Thread) -> None:
-        """At the interpreter's exit (after the main thread has ended, before finalisation): no more
-        requests, and the worker's measurement stopped at the next size, waited for EXIT_WAIT_S at
-        most."""
+        """At the interpreter's exit (after the main thread has ended, before finalisation): closed,
+        the worker's measurement stopping at the next size, waited for EXIT_WAIT_S at most."""
         if worker.is_alive():
-            self._closed.set()
-            self._queue.put(None)
-            worker.join(EXIT_WAIT_S)
+            self.close(EXIT_WAIT_S)
 
     def after_fork(self) -> None:
         """In a forked child: a worker thread, lock and queue of its own (the parent's worker is
         not in the child, and a request queued to it would never run)."""
         self._fresh()
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
         """Measure nothing more: queued requests are cancelled, one waiting for a quiet moment gives
         up (its result None), one measuring finishes; returns once the worker has stopped, or after
-        close_s seconds with a line in the log (a bounded wait). Each
+        `wait_s` (default close_s) seconds with a line in the log (a bounded wait). Each
         test closes its own at its end (tests/conftest.py): a measurement that outlived its test
         wrote where the configuration pointed when it finished, another test's cache or, after the
         session, the user's."""
@@ -134,10 +131,11 @@ class Measurer:
         for f in queued:
             f.cancel()   # only a request not yet running is cancelled
         self._queue.put(None)
+        wait_s = self.close_s if wait_s is None else wait_s
         if worker is not None:
-            worker.join(self.close_s)
+            worker.join(wait_s)
             if worker.is_alive():
-                log.warning("the t(N) measurer did not stop within %.0f s of being closed", self.close_s)
+                log.warning("the t(N) measurer did not stop within %.0f s of being closed", wait_s)
 
 
 MEASURER = Measurer()

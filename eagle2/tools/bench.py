@@ -374,17 +374,17 @@ def spread(rows, names, by_cat: dict) -> dict:
     by_q: dict[tuple[str, object], list[dict]] = defaultdict(list)
     for r in rows:
         by_q[(r["policy"], r["question_id"])].append(r)
+    plain = {qid: aggregate(rs)["tokens_per_s"] for (pol, qid), rs in by_q.items() if pol == PLAIN_ROW.label}
     out = {}
     for n in names:
         if n == PLAIN_ROW.label:
             continue
         per = []
         for (pol, qid), rs in by_q.items():
-            base = aggregate(by_q.get((PLAIN_ROW.label, qid), []))["tokens_per_s"]
-            if pol == n and base:
+            if pol == n and plain.get(qid):
                 a = aggregate(rs)
-                per.append({"question_id": qid, "category": rs[0]["category"], "speedup": a["tokens_per_s"] / base,
-                            "tau": a["tau"]})
+                per.append({"question_id": qid, "category": rs[0]["category"],
+                            "speedup": a["tokens_per_s"] / plain[qid], "tau": a["tau"]})
         if not per:
             continue
         per.sort(key=lambda e: e["speedup"])
