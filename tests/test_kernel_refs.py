@@ -238,28 +238,38 @@ def key_lists(g: torch.Generator, nq: int, shared: int, cap: int) -> list[list[i
     return lists
 
 
-@pytest.mark.parametrize("hd", [8, 24, 64, 128])
-@pytest.mark.parametrize("shared", [0, 5, 64, 130])
+@pytest.mark.parametrize("hd", [8, 16, 24, 64, 128])
+@pytest.mark.parametrize("shared", [0, 5, 24, 64, 130])
 def test_attention_equals_its_reference_on_both_paths_and_float64(lib, hd, shared):
     """One or two queries read the shared keys in place (whole blocks of 8, the rest gathered);
-    three or more convert them once, KEY_CHUNK at a time: every query's output is its reference's
-    bits either way, alone or beside others, and softmax attention in float64 within a tolerance.
-    `sharp` queries make scores far apart (the exp's lower clamp)."""
+    three or more convert them once, KEY_CHUNK at a time, 8 lanes wide or (the AVX512 kernels,
+    an even number of 8-lane chunks a head) 16: every query's output is its reference's bits on
+    every path the CPU has, alone or beside others, and softmax attention in float64 within a
+    tolerance. `sharp` queries make scores far apart (the exp's lower clamp)."""
     g = torch.Generator().manual_seed(hd * 1000 + shared)
     cap = shared + 48
     kc, vc = torch.randn(cap, hd, generator=g).half(), torch.randn(cap, hd, generator=g).half()
     scale = hd ** -0.5
-    for sharp in (1.0, 30.0):
-        for nq in (1, 2, 3, 9):
-            q = torch.randn(nq, hd, generator=g) * sharp
-            lists = key_lists(g, nq, shared, cap)
-            (rc0, kern), (rc1, ref) = _kernel_and_reference(lambda r: attend(lib, q, kc, vc, lists, shared, scale, r))
-            assert rc0 == rc1 == 0
-            assert same_bits(kern, ref), f"hd={hd}, shared={shared}, nq={nq}, sharp={sharp}"
-            torch.testing.assert_close(ref.double(), attention_float64(q, kc, vc, lists, scale), rtol=1e-4, atol=1e-4)
-            if nq > 1:  # the first query alone takes the other path, or the same one without company
-                _, alone = attend(lib, q[:1].contiguous(), kc, vc, lists[:1], shared, scale, 0)
-                assert same_bits(alone[0], ref[0])
+    best, isas = lib.qf_isa(), [i for i in Q.ISAS if lib.qf_supports(i)]
+    try:
+        for sharp in (1.0, 30.0):
+            for nq in (1, 2, 3, 4, 9):
+                q = torch.randn(nq, hd, generator=g) * sharp
+                lists = key_lists(g, nq, shared, cap)
+                ref = attend(lib, q, kc, vc, lists, shared, scale, 1)
+                assert ref[0] == 0
+                ref = ref[1]
+                torch.testing.assert_close(ref.double(), attention_float64(q, kc, vc, lists, scale),
+                                           rtol=1e-4, atol=1e-4)
+                for isa in isas:
+                    lib.qf_set_isa(isa)
+                    rc, kern = attend(lib, q, kc, vc, lists, shared, scale, 0)
+                    assert rc == 0 and same_bits(kern, ref), f"{Q.ISAS[isa]} hd={hd} shared={shared} nq={nq} sharp={sharp}"
+                    if nq > 1:  # the first query alone takes the other path, or the same one without company
+                        _, alone = attend(lib, q[:1].contiguous(), kc, vc, lists[:1], shared, scale, 0)
+                        assert same_bits(alone[0], ref[0])
+    finally:
+        lib.qf_set_isa(best)
 
 
 def test_attention_refuses_a_head_size_or_slots_it_would_misread(lib):

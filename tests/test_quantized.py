@@ -235,6 +235,44 @@ def test_a_row_is_the_same_bits_alone_or_in_a_batch_tiny(tiny_q4):
         assert torch.equal(tree_row, plain_row), f"depth {depth}"
 
 
+def _prefill_against_one_at_a_time(target, prompt: list[int], head: int):
+    """(a causal prefill of the whole prompt; the first `head` tokens prefilled, then each later one
+    alone as plain decoding runs it) -> (features, the last row's logits) of both, and both caches."""
+    P = len(prompt)
+    c1 = target.new_cache(P + 4)
+    feats, logits = target.prefill(c1, torch.tensor(prompt), torch.arange(P))
+    c2 = target.new_cache(P + 4)
+    rows = [target.prefill(c2, torch.tensor(prompt[:head]), torch.arange(head))[0]]
+    c2.advance(head)
+    for i in range(head, P):
+        f, lg = target.verify(c2, torch.tensor([prompt[i]]), torch.tensor([i]))
+        rows.append(f)
+        c2.advance(1)
+    return (feats, logits), (torch.cat(rows), lg[-1]), (c1, c2)
+
+
+def test_a_long_prefill_is_the_same_bits_as_its_rows_one_at_a_time_tiny(tiny_q4):
+    """A prefill runs its attention in blocks of rows, each block sharing the keys before its first
+    row (read once for the block): every row, and the K/V it leaves, are the bits that row gets
+    decoded alone, at 1 and 2 threads and on every instruction set."""
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(1, 97, (150,), generator=g).tolist()
+    lib, best = tiny_q4.forward.lib, tiny_q4.forward.lib.qf_isa()
+    try:
+        for i in _isas(lib):
+            lib.qf_set_isa(i)
+            for threads in (1, 2):
+                with _threads(threads):
+                    (fa, la), (fb, lb), (c1, c2) = _prefill_against_one_at_a_time(tiny_q4.forward, prompt, 3)
+                    where = f"{Q.ISAS[i]}, {threads} threads"
+                    assert torch.equal(fa, fb) and torch.equal(la, lb), where
+                    n = len(prompt)
+                    assert torch.equal(c1.k[..., :n, :], c2.k[..., :n, :]), where
+                    assert torch.equal(c1.v[..., :n, :], c2.v[..., :n, :]), where
+    finally:
+        lib.qf_set_isa(best)
+
+
 # ------------------------------------------------------------------ 3. identity and sampling
 @pytest.mark.parametrize("policy,kw", [("eagle2", dict(total_tokens=10, depth=4, top_k=3)),
                                        ("static", {}), ("eagle2-auto", {}), ("dyspec", dict(total_tokens=8)),
@@ -322,6 +360,15 @@ def test_real_model_rows_are_the_same_bits_alone_in_a_batch_and_in_a_tree(real_q
         path = torch.randint(0, 49152, (depth,), generator=g).tolist()
         tree_row, plain_row = _tree_row_against_plain(real_q4.forward, prompt, path, [11, 4000, 30000])
         assert torch.equal(tree_row, plain_row), f"depth {depth}"
+
+
+@pytest.mark.slow
+def test_real_model_long_prefill_is_the_same_bits_as_its_rows_one_at_a_time(real_q4):
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 49152, (90,), generator=g).tolist()
+    (fa, la), (fb, lb), (c1, c2) = _prefill_against_one_at_a_time(real_q4.forward, prompt, 2)
+    assert torch.equal(fa, fb) and torch.equal(la, lb)
+    assert torch.equal(c1.k[..., :90, :], c2.k[..., :90, :]) and torch.equal(c1.v[..., :90, :], c2.v[..., :90, :])
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 // The q4_1 forward's float parts (included by qforward.cpp): RMSNorm, RoPE, SiLU and attention over
 // the fp16 K/V cache. Each runs row by row in one fixed order of operations, in AVX2 code whatever
-// integer kernels run, so a row's values never depend on the rows beside it, the thread count or
-// the instruction set: attention reduces each query's visible keys one by one in order of absolute
-// position.
+// integer kernels run (attention's shared keys also 16 lanes wide beside the AVX512 kernels, each
+// lane's operations the same), so a row's values never depend on the rows beside it, the thread
+// count or the instruction set: attention reduces each query's visible keys one by one in order of
+// absolute position.
 //
 // Beside each kernel is its scalar reference (`<kernel>_ref`, as ggml keeps a `_generic` beside
 // every SIMD kernel): plain C++ doing the same fixed sequence of float operations, lane by lane
@@ -308,11 +309,131 @@ constexpr int KEY_CHUNK = 64;  // shared keys converted at a time (kbuf holds KE
 // (attend_lanes keeps a row's total in its last cell). Every caller sizes its scratch by it.
 inline size_t score_stride(size_t longest) { return (longest + 16) / 8 * 8; }
 
+// ------------------------------------------------------------------ the shared keys 16 lanes wide
+// On a CPU with AVX512 the shared keys' scores and values run in 16-lane vectors, each lane doing
+// the very operation the 8-lane code does on it, so that a query's bits are the same on either path:
+//   scores: two keys side by side in a vector ([key a's lanes 0-7 | key b's]), the query's chunk
+//   repeated in both halves; the 8-lane reduction ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)) done by
+//   hadd512 (hadd's pairs within each 128 bits), then the halves' sums added, as scores8 does;
+//   values: 16 of the head's dimensions a vector, each an fma chain over the keys in order.
+#define QF_AVX512F __attribute__((target("avx2,fma,f16c,avx512f")))
+
+// _mm256_hadd_ps within each 128 bits of a 16-lane vector: [x0+x1, x2+x3, y0+y1, y2+y3] each
+QF_AVX512F inline __m512 hadd512(__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD));
+}
+
+// keys c0..c0+count-1 of one kv head's fp16 cache as fp32 pairs: pair p's chunk i (16 floats) at
+// buf + (p * LANES + i) * 16, key 2p's 8 values then key 2p+1's; count rounded up to 8 with key c0
+template <int LANES>
+QF_AVX512F inline void convert_pairs(const uint16_t* base, int c0, int count, float* buf) {
+    constexpr int hd = 8 * LANES;
+    const int padded = (count + 7) / 8 * 8;
+    for (int l = 0; l < padded; l += 2) {
+        const uint16_t* a = base + (size_t)(c0 + (l < count ? l : 0)) * hd;
+        const uint16_t* b = base + (size_t)(c0 + (l + 1 < count ? l + 1 : 0)) * hd;
+#pragma GCC unroll 16
+        for (int i = 0; i < LANES; ++i) {
+            const __m256i two = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(a + 8 * i))),
+                                                        _mm_loadu_si128((const __m128i*)(b + 8 * i)), 1);
+            _mm512_storeu_ps(buf + ((size_t)(l / 2) * LANES + i) * 16, _mm512_cvtph_ps(two));
+        }
+    }
+}
+
+// KEYS (8 or 16) keys' scores of the query qd (its chunks, each repeated in both halves) from
+// their pairs at kp, scaled, into dst[0..KEYS-1]
+template <int LANES, int KEYS>
+QF_AVX512F inline void scores_pairs(const __m512* qd, const float* kp, __m512 vscale, float* dst) {
+    constexpr int P = KEYS / 2;
+    __m512 part[P];
+#pragma GCC unroll 16
+    for (int i = 0; i < LANES; ++i)
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) {
+            const __m512 kv = _mm512_loadu_ps(kp + ((size_t)p * LANES + i) * 16);
+            part[p] = i == 0 ? _mm512_mul_ps(qd[i], kv) : _mm512_fmadd_ps(qd[i], kv, part[p]);
+        }
+    // 128-bit lanes of g: keys 0,2,4,6's first half-sums, their second, keys 1,3,5,7's first, their second
+    const __m512 ga = hadd512(hadd512(part[0], part[1]), hadd512(part[2], part[3]));
+    const __m512 gb = KEYS == 16 ? hadd512(hadd512(part[P - 4], part[P - 3]), hadd512(part[P - 2], part[P - 1])) : ga;
+    const __m512 sum = _mm512_add_ps(_mm512_shuffle_f32x4(ga, gb, 0x88), _mm512_shuffle_f32x4(ga, gb, 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    const __m512 out = _mm512_mul_ps(_mm512_permutexvar_ps(order, sum), vscale);
+    if constexpr (KEYS == 16) _mm512_storeu_ps(dst, out);
+    else _mm256_storeu_ps(dst, _mm512_castps512_ps256(out));
+}
+
+// The scores of every query against the shared keys c0..c0+count-1 (their lanes past count left
+// for the query's own keys to overwrite, as attend_lanes' 8-lane loop does)
+template <int LANES>
+QF_AVX512F void shared_scores512(const Query* qs, int nq, const uint16_t* kbase, int c0, int count, float scale,
+                                 float* scores, size_t stride, float* kbuf) {
+    convert_pairs<LANES>(kbase, c0, count, kbuf);
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const int padded = (count + 7) / 8 * 8;
+    for (int q = 0; q < nq; ++q) {
+        __m512 qd[LANES];
+#pragma GCC unroll 16
+        for (int i = 0; i < LANES; ++i) {  // the chunk in both halves
+            const __m512 c = _mm512_castps256_ps512(_mm256_loadu_ps(qs[q].q + 8 * i));
+            qd[i] = _mm512_shuffle_f32x4(c, c, 0x44);
+        }
+        float* sc = scores + q * stride + c0;
+        int j = 0;
+        for (; j + 16 <= padded; j += 16) scores_pairs<LANES, 16>(qd, kbuf + (size_t)j * 8 * LANES, vscale, sc + j);
+        if (j < padded) scores_pairs<LANES, 8>(qd, kbuf + (size_t)j * 8 * LANES, vscale, sc + j);
+    }
+}
+
+// acc[q] += the shared values c0..c0+count-1 weighted by the queries' scores (exponentials), key
+// after key; two queries at a time read each value once
+template <int LANES>
+QF_AVX512F void shared_values512(int nq, const uint16_t* vbase, int c0, int count, const float* scores, size_t stride,
+                                 float* acc, float* kbuf) {
+    constexpr int hd = 8 * LANES, W = LANES / 2;
+    const uint16_t* src = vbase + (size_t)c0 * hd;
+    for (int i = 0; i < count * hd; i += 16) _mm512_storeu_ps(kbuf + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(src + i))));
+    int q = 0;
+    for (; q + 2 <= nq; q += 2) {
+        const float *s0 = scores + q * stride + c0, *s1 = s0 + stride;
+        float *a0p = acc + (size_t)q * hd, *a1p = a0p + hd;
+        __m512 a0[W], a1[W];
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) a0[k] = _mm512_loadu_ps(a0p + 16 * k), a1[k] = _mm512_loadu_ps(a1p + 16 * k);
+        for (int l = 0; l < count; ++l) {
+            const __m512 p0 = _mm512_set1_ps(s0[l]), p1 = _mm512_set1_ps(s1[l]);
+#pragma GCC unroll 8
+            for (int k = 0; k < W; ++k) {
+                const __m512 v = _mm512_loadu_ps(kbuf + l * hd + 16 * k);
+                a0[k] = _mm512_fmadd_ps(p0, v, a0[k]);
+                a1[k] = _mm512_fmadd_ps(p1, v, a1[k]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) _mm512_storeu_ps(a0p + 16 * k, a0[k]), _mm512_storeu_ps(a1p + 16 * k, a1[k]);
+    }
+    for (; q < nq; ++q) {
+        const float* s0 = scores + q * stride + c0;
+        float* a0p = acc + (size_t)q * hd;
+        __m512 a0[W];
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) a0[k] = _mm512_loadu_ps(a0p + 16 * k);
+        for (int l = 0; l < count; ++l) {
+            const __m512 p0 = _mm512_set1_ps(s0[l]);
+#pragma GCC unroll 8
+            for (int k = 0; k < W; ++k) a0[k] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(kbuf + l * hd + 16 * k), a0[k]);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) _mm512_storeu_ps(a0p + 16 * k, a0[k]);
+    }
+}
+
 // scores: [nq, score_stride(longest n)]; acc: [nq, hd];
 // kbuf: [KEY_CHUNK, hd] floats (KEY_CHUNK a multiple of 8). A single query reads the fp16 cache directly.
 template <int LANES>
 QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* kbase, const uint16_t* vbase,
-                          float scale, float* scores, size_t stride, float* acc, float* kbuf) {
+                          float scale, float* scores, size_t stride, float* acc, float* kbuf, bool wide) {
     constexpr int hd = 8 * LANES;
     const __m256 vscale = _mm256_set1_ps(scale);
     const bool convert = nq > 2;  // converting once pays when several queries read the keys
@@ -320,8 +441,13 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
     // contiguous), and only a query's own keys are gathered
     const int direct = convert ? 0 : shared / 8 * 8;
     if (!convert) shared = 0;
+    wide = wide && LANES % 2 == 0;
     for (int c0 = 0; c0 < shared; c0 += KEY_CHUNK) {  // the shared keys' scores, each key converted once
         const int count = std::min(KEY_CHUNK, shared - c0);
+        if (wide) {
+            if constexpr (LANES % 2 == 0) shared_scores512<LANES>(qs, nq, kbase, c0, count, scale, scores, stride, kbuf);
+            continue;
+        }
         convert_rows(kbase, c0, count, hd, kbuf);
         for (int l = count; l % 8; ++l) std::memcpy(kbuf + (size_t)l * hd, kbuf, sizeof(float) * hd);
         for (int i = 0; i < nq; ++i)  // (a last partial block's other lanes are overwritten below)
@@ -353,6 +479,10 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
     }
     for (int c0 = 0; c0 < shared; c0 += KEY_CHUNK) {  // the shared values, each converted once
         const int count = std::min(KEY_CHUNK, shared - c0);
+        if (wide) {
+            if constexpr (LANES % 2 == 0) shared_values512<LANES>(nq, vbase, c0, count, scores, stride, acc, kbuf);
+            continue;
+        }
         convert_rows(vbase, c0, count, hd, kbuf);
         for (int i = 0; i < nq; ++i) {
             const float* sc = scores + i * stride + c0;
@@ -394,11 +524,12 @@ constexpr int HEAD_DIM_MAX = 128;
 inline bool head_dim_ok(int hd) { return hd >= 8 && hd <= HEAD_DIM_MAX && hd % 8 == 0; }
 
 // attend_lanes for a head size hd (head_dim_ok: any other is left unwritten or misread)
+// (wide: the shared keys 16 lanes wide, on a CPU with AVX512F; the same bits)
 inline void attend_queries(const Query* qs, int nq, int shared, const uint16_t* kbase, const uint16_t* vbase, int hd,
-                           float scale, float* scores, size_t stride, float* acc, float* kbuf) {
+                           float scale, float* scores, size_t stride, float* acc, float* kbuf, bool wide) {
     switch (hd / 8) {
 #define QF_LANES(L) \
-    case L: return attend_lanes<L>(qs, nq, shared, kbase, vbase, scale, scores, stride, acc, kbuf);
+    case L: return attend_lanes<L>(qs, nq, shared, kbase, vbase, scale, scores, stride, acc, kbuf, wide);
         QF_LANES(1) QF_LANES(2) QF_LANES(3) QF_LANES(4) QF_LANES(5) QF_LANES(6) QF_LANES(7) QF_LANES(8)
         QF_LANES(9) QF_LANES(10) QF_LANES(11) QF_LANES(12) QF_LANES(13) QF_LANES(14) QF_LANES(15) QF_LANES(16)
 #undef QF_LANES

@@ -202,6 +202,61 @@ int visible_slots(int T, int committed, int W, const uint8_t* visible, const std
     return 0;
 }
 
+// One work item of attention: the queries i0..i1-1 of kv head `kv` (query i: row i / group, its
+// head i % group of the kv head's group), which share the cache's first `shared` keys (read and
+// converted from fp16 once for them all), and how many query-key pairs it holds.
+struct AttendItem {
+    int kv, i0, i1, shared;
+    int64_t cost;
+};
+
+constexpr int ROW_BLOCK = 32;  // causal rows a prefill's item takes (3 x 32 queries for SmolLM2)
+
+// The work items of T rows' attention. A few rows (a tree, a plain step): each kv head's queries
+// in a few chunks, enough for every thread to have two, all sharing the committed keys. Many causal
+// rows (a prefill): blocks of ROW_BLOCK rows, each sharing every key before its first row, so that
+// a prompt's keys are converted once a block instead of read in fp16 by every query. Either way a
+// query's arithmetic is attend_queries' one sequence: its bits do not depend on its item.
+std::vector<AttendItem> attend_items(int T, int KV, int group, int nt, int start, int shared, bool causal,
+                                     const std::vector<std::vector<int32_t>>& slots) {
+    std::vector<AttendItem> items;
+    auto add = [&](int kv, int i0, int i1, int sh) {
+        int64_t cost = 0;
+        for (int i = i0; i < i1; ++i) cost += (int64_t)slots[i / group].size();
+        items.push_back(AttendItem{kv, i0, i1, sh, cost});
+    };
+    const int per_kv = T * group;
+    if (causal && T > 2 * ROW_BLOCK) {
+        for (int c = 0; c < KV; ++c)
+            for (int t0 = 0; t0 < T; t0 += ROW_BLOCK)
+                add(c, t0 * group, std::min(T, t0 + ROW_BLOCK) * group, start + t0);
+    } else {
+        const int chunks = std::max(1, std::min(per_kv, (2 * nt + KV - 1) / KV));
+        for (int c = 0; c < KV; ++c)
+            for (int k = 0; k < chunks; ++k) add(c, per_kv * k / chunks, per_kv * (k + 1) / chunks, shared);
+    }
+    return items;
+}
+
+// This thread's items [lo, hi): consecutive items of about equal cost (a prefill's blocks grow
+// with their row; an item goes to the thread its cost's midpoint falls in).
+void share_by_cost(const std::vector<AttendItem>& items, int tid, int nt, int& lo, int& hi) {
+    int64_t total = 0;
+    for (const AttendItem& it : items) total += it.cost;
+    lo = hi = (int)items.size();
+    int64_t before = 0;
+    for (int j = 0; j < (int)items.size(); before += items[j++].cost) {
+        const int owner = total ? (int)std::min<int64_t>(nt - 1, (2 * before + items[j].cost) * nt / (2 * total))
+                                : (int)((int64_t)j * nt / (int64_t)items.size());
+        if (owner == tid && lo == (int)items.size()) lo = j;
+        if (owner > tid) {
+            hi = j;
+            break;
+        }
+    }
+    if (lo > hi) lo = hi;
+}
+
 struct Attention {  // what one layer's attention reads
     const QMat *q, *k, *v;
     uint16_t *kl, *vl;  // the layer's cache [KV, cap, hd]
@@ -211,8 +266,8 @@ struct Attention {  // what one layer's attention reads
 // slots start + t; each query over its slots (the first `shared` of them, slots 0..shared-1, the
 // same for every row); the output, quantised, in b.att_q.
 void attention_block(Team& tm, const Attention& a, Buffers& b, int T, int H, int KV, int hd, const float* cos,
-                     const float* sin, int cap, int start, int shared, const std::vector<std::vector<int32_t>>& slots,
-                     size_t longest) {
+                     const float* sin, int cap, int start, int shared, bool causal,
+                     const std::vector<std::vector<int32_t>>& slots, size_t longest) {
     {
         const QMat* ws[3] = {a.q, a.k, a.v};
         float* ys[3] = {b.q.data(), b.k.data(), b.v.data()};
@@ -235,31 +290,32 @@ void attention_block(Team& tm, const Attention& a, Buffers& b, int T, int H, int
         }
     }
     tm.sync(OP_FLOAT);
-    // Each kv head's queries (its heads of every row) in a few chunks, each chunk reading the
-    // shared keys once: enough chunks for every thread to have two.
     const float scale = 1.f / std::sqrt((float)hd);
-    const int group = H / KV, width = H * hd, per_kv = T * group;
-    const int chunks = std::max(1, std::min(per_kv, (2 * tm.nt + KV - 1) / KV));
+    const int group = H / KV, width = H * hd;
     const bool quantise_heads = hd % QK == 0;  // a head's output is whole blocks: quantise it here
+    const std::vector<AttendItem> items = attend_items(T, KV, group, tm.nt, start, shared, causal, slots);
+    int most = 0;
+    for (const AttendItem& it : items) most = std::max(most, it.i1 - it.i0);
     const size_t stride = score_stride(longest);
-    const int most = (per_kv + chunks - 1) / chunks;
     tm.scores.resize(most * stride);
     tm.acc.resize((size_t)most * hd);
     tm.kbuf.resize((size_t)KEY_CHUNK * hd);
-    tm.share(KV * chunks, 1, lo, hi);
+    share_by_cost(items, tm.tid, tm.nt, lo, hi);
     for (int item = lo; item < hi; ++item) {
-        const int c = item / chunks, k = item % chunks;
+        const AttendItem& it = items[item];
+        const int c = it.kv;
         tm.queries.clear();
-        for (int i = per_kv * k / chunks; i < per_kv * (k + 1) / chunks; ++i) {
+        for (int i = it.i0; i < it.i1; ++i) {
             const int t = i / group, hh = c * group + i % group;
             tm.queries.push_back(Query{b.q.data() + ((size_t)t * H + hh) * hd, b.att.data() + (size_t)t * width + hh * hd,
                                        slots[t].data(), (int)slots[t].size()});
         }
-        attend_queries(tm.queries.data(), (int)tm.queries.size(), shared, a.kl + c * head_stride, a.vl + c * head_stride,
-                       hd, scale, tm.scores.data(), stride, tm.acc.data(), tm.kbuf.data());
+        attend_queries(tm.queries.data(), (int)tm.queries.size(), it.shared, a.kl + c * head_stride,
+                       a.vl + c * head_stride, hd, scale, tm.scores.data(), stride, tm.acc.data(), tm.kbuf.data(),
+                       attention_wide());
         if (quantise_heads) {
             tm.clock.lap(OP_ATTENTION);
-            for (int i = per_kv * k / chunks; i < per_kv * (k + 1) / chunks; ++i) {
+            for (int i = it.i0; i < it.i1; ++i) {
                 const int t = i / group, hh = c * group + i % group;
                 quantise_blocks(b.att.data() + (size_t)t * width, hh * hd / QK, (hh + 1) * hd / QK, t, b.att_q);
             }
@@ -429,6 +485,8 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return positions[a] < positions[b]; });
     std::vector<std::vector<int32_t>> slots;
     if (visible_slots(T, start, T, visible, order, cap, slots) != 0) return -1;
+    // causal rows in order of position: row t's keys are slots 0..start+t (a prefill's blocks)
+    const bool causal = visible == nullptr && std::is_sorted(positions, positions + T);
     size_t longest = 0;
     for (const auto& r : slots) longest = std::max(longest, r.size());
     Buffers b(T, D, D, H, KV, hd, F);
@@ -454,7 +512,7 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
             }
             tm.sync(OP_QUANTISE);
             attention_block(tm, Attention{&ly.q, &ly.k, &ly.v, kc + l * layer_stride, vc + l * layer_stride}, b, T, H,
-                            KV, hd, cs.data(), sn.data(), cap, start, start, slots, longest);
+                            KV, hd, cs.data(), sn.data(), cap, start, start, causal, slots, longest);
             mlp_block(tm, Mlp{&ly.o, &ly.gate, &ly.up, &ly.down, ly.ffn_norm}, b, x, T, D, F, md->eps);
         }
         for (int t = lo; t < hi; ++t) {
@@ -542,7 +600,7 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
         }
         tm.sync(OP_QUANTISE);
         attention_block(tm, Attention{&ly.q, &ly.k, &ly.v, kc, vc}, b, T, H, KV, hd, cos, sin, cap, start, committed,
-                        slots, longest);
+                        tree == nullptr && start == committed, slots, longest);
         mlp_block(tm, Mlp{&ly.o, &ly.gate, &ly.up, &ly.down, ly.post_norm}, b, g, T, D, F, ly.eps);
         for (int t = lo; t < hi; ++t) {
             rmsnorm_row(g + (size_t)t * D, m->norm, b.h.data() + (size_t)t * D, D, ly.eps);
@@ -777,7 +835,8 @@ int qf_attend(const float* q, int nq, int hd, const uint16_t* kc, const uint16_t
     }
     const size_t stride = score_stride(longest);
     std::vector<float> scores(nq * stride), acc((size_t)nq * hd), kbuf((size_t)KEY_CHUNK * hd);
-    attend_queries(qs.data(), nq, shared, kc, vc, hd, scale, scores.data(), stride, acc.data(), kbuf.data());
+    attend_queries(qs.data(), nq, shared, kc, vc, hd, scale, scores.data(), stride, acc.data(), kbuf.data(),
+                   attention_wide());
     return 0;
 }
 

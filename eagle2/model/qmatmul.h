@@ -261,6 +261,10 @@ inline std::atomic<int>& isa_choice() {
     return choice;
 }
 
+// Whether attention's shared keys run 16 lanes wide (qattention.h): with the AVX512 integer kernels
+// (EAGLE2_Q4_KERNELS=avx2 takes the 8-lane path for both; a query's bits are the same either way).
+inline bool attention_wide() { return isa_choice().load(std::memory_order_relaxed) == AVX512VNNI; }
+
 // y [M, ldy] (+)= x @ w^T for the outputs of groups g0..g1-1, every row of x
 inline void matmul_groups(const QMat& w, int g0, int g1, const QRows& x, float* y, int ldy, bool add) {
     if (g0 >= g1 || x.M == 0) return;
