@@ -459,6 +459,32 @@ def test_the_eagle3_head_layer_in_the_kernels_follows_the_eager_head(tiny_target
     assert ((gk - ge).norm() / ge.norm()).item() < 0.05
 
 
+def test_absorbing_a_context_reads_only_its_last_row_and_gets_the_same_bits(tiny_target, tmp_path):
+    """last_only (what absorbing a prompt asks: its reading is the last row's) runs the draft LM
+    head on the last row alone, in the kernels and in the eager head: the layer's outputs and the
+    cache are the bits of the full call, the last row's top k the same, its log-probs the same bits
+    in the kernels."""
+    from test_serving import random_eagle3_head
+    folder, _ = tiny_target("q4-e3", layers=4)
+    head = random_eagle3_head(folder, tmp_path / "head")
+    g = torch.Generator().manual_seed(4)
+    bundles = {dtype: load_bundle(str(folder), head, dtype=dtype) for dtype in ("q4_1", "float32")}
+    width = len(bundles["float32"].head.aux_layers) * bundles["float32"].args.dim
+    feats, toks = torch.randn(40, width, generator=g), torch.randint(1, 97, (40,), generator=g)
+    for dtype, b in bundles.items():
+        draft = b.draft
+        caches = [draft.new_cache(48), draft.new_cache(48)]
+        full = draft.step(caches[0], feats, toks, torch.arange(40), 0, k=5)
+        last = draft.step(caches[1], feats, toks, torch.arange(40), 0, k=5, last_only=True)
+        assert torch.equal(full[0], last[0]), dtype                          # every row's layer output
+        assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v), dtype
+        assert last[1].shape[0] == 1 and torch.equal(full[2][1][-1:], last[2][1]), dtype   # the same top k
+        if dtype == "q4_1":   # the kernels' rows are independent: the same bits
+            assert torch.equal(full[1][-1:], last[1]) and torch.equal(full[2][0][-1:], last[2][0])
+        else:                 # torch's matmul of one row may round apart from forty's
+            torch.testing.assert_close(full[1][-1:], last[1], rtol=0, atol=1e-5)
+
+
 def test_the_embedding_is_read_from_the_blocks(tiny_q4, tiny_target):
     """The kernels look tokens up in the embedding's blocks (no fp32 table kept): the rows they
     read are the blocks' values exactly, as QMatrix.dequantised computes them."""

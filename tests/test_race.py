@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from eagle2.decoding.race import Race, RaceSettings
 from eagle2.errors import UserError
@@ -116,8 +117,11 @@ def test_each_decoder_is_timed_on_its_own(real_bundle):
         assert d.trace.steps[-1].cumulative["wall_s"] == pytest.approx(d.wall)   # the trace says what it ran
         walls.append(d.wall)
     assert len(set(walls)) == 3 and all(w > 0 for w in walls)
-    # the three ran one after another, each clock stopped while the others worked
-    assert sum(walls) <= elapsed
+    # the three ran one after another, each clock stopped while the others worked; the prompt's
+    # forward ran once for the three and is charged to each (as a run alone would pay it)
+    first = r.main.trace.steps[0].timings
+    shared = first["verify_inputs_s"] + first["target_forward_s"]
+    assert sum(walls) - 2 * shared <= elapsed
     # previews are timed on their own (test_a_preview_changes_nothing_of_the_next_step: a step's
     # timings are the same with or without one before it)
     m = r.main
@@ -196,6 +200,38 @@ def test_a_preview_changes_nothing_of_the_next_step(tiny_bundle, temperature):
         for a, b in zip(d.trace.steps, ref.trace.steps):
             assert a.timings == b.timings
             assert (a.tree is None) == (b.tree is None) and (a.tree is None or a.tree.tokens == b.tree.tokens)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_the_three_decoders_share_one_prefill_and_decode_as_alone(tiny_bundle, monkeypatch, temperature):
+    """The race runs the prompt's forward once for its three decoders: each starts from a copy of
+    its K/V, is charged its seconds, and decodes what it would have decoded started alone (its first
+    token drawn from its own random stream, the same tokens after, sampled or greedy)."""
+    from eagle2.decoding.decoder import Decoder
+    settings = TINY.with_(temperature=temperature, seed=3, max_new_tokens=12)
+    forward = tiny_bundle.forward
+    calls = []
+    real = forward.prefill
+
+    def counted(*a, **kw):
+        calls.append(a[1].numel())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(forward, "prefill", counted)
+    r = Race()
+    r.start(tiny_bundle, "w5 w9 w14 w3 w7", settings)
+    assert len(calls) == 1                                   # one forward over the prompt for three
+    seconds = {d.trace.steps[0].timings["target_forward_s"] for d in r.decoders}
+    assert len(seconds) == 1 and seconds.pop() > 0          # each charged the shared forward's seconds
+    while not r.finished:
+        r.tick()
+    for d, name in zip(r.decoders, (settings.policy, settings.compare, "plain")):
+        alone = Decoder(tiny_bundle, settings.policy_for(name), settings.sampling(), max_new_tokens=12)
+        alone.start("w5 w9 w14 w3 w7")
+        while alone.state.finished is None:
+            alone.step()
+        assert alone.generated == d.generated, name
+        assert torch.equal(alone.state.cache.k[:, :, :, :5], d.state.cache.k[:, :, :, :5]), name
 
 
 class WriteWatch:

@@ -82,6 +82,41 @@ def checked_ids(bundle, ids: list[int]) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """A prompt's target forward (cycle 0's work before the first token is chosen): the cache that
+    holds its K/V (uncommitted: length 0), the features the head reads, the last row's logits and
+    the seconds it took per phase. Decoders of the same bundle may share one (the race's three
+    prefill once): each copies the K/V into its own cache and chooses its first token itself."""
+    bundle: Bundle
+    ids: tuple[int, ...]
+    cache: KVCache
+    feats: torch.Tensor
+    logits: torch.Tensor
+    seconds: dict[str, float]
+
+    def copy(self, into: KVCache) -> KVCache:
+        """`into` holding this prompt's K/V (still uncommitted, as the forward left its own)."""
+        n = len(self.ids)
+        into.k[:, :, :, :n] = self.cache.k[:, :, :, :n]
+        into.v[:, :, :, :n] = self.cache.v[:, :, :, :n]
+        return into
+
+
+@DECODING
+def prefill(bundle: Bundle, ids: list[int], cache: KVCache, clock: PhaseClock) -> Prefill:
+    """The target's forward over the prompt's ids into `cache` (empty), timed on `clock` (a
+    decoder's): what Decoder.start runs, or is given to share."""
+    dev = bundle.device
+    before = dict(clock.spent)
+    tokens = torch.tensor(ids, dtype=torch.long, device=dev)
+    clock.lap("verify_inputs")
+    feats, logits = bundle.forward.prefill(cache, tokens, torch.arange(len(ids), device=dev))
+    clock.lap("target_forward")
+    seconds = {p: clock.spent[p] - before[p] for p in ("verify_inputs", "target_forward")}
+    return Prefill(bundle, tuple(ids), cache, feats, logits, seconds)
+
+
 class Decoder:
     def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,
                  max_new_tokens: int = 128, record: bool = True, **policy_kw):
@@ -123,35 +158,44 @@ class Decoder:
     # measurement that overlaps one is not this machine's cost and is not cached.
     @DECODING
     def start(self, prompt: str | None = None, messages: list | None = None, input_ids: list[int] | None = None,
-              raw: bool = False) -> StepTrace:
-        """Prefill the prompt; emits the first token (cycle 0)."""
+              raw: bool = False, prefilled: "Prefill | None" = None) -> StepTrace:
+        """Prefill the prompt; emits the first token (cycle 0). With `prefilled` (a Prefill of the
+        same prompt's ids by the same bundle: the race's decoders share one), its K/V are copied
+        and its forward's seconds charged as this decoder's own, as a run alone would pay them."""
         ids = checked_ids(self.b, list(input_ids) if input_ids is not None
                           else prompt_ids(self.b.tokenizer, prompt, messages, raw))
         ctx = self.b.args.max_positions
-        dev = self.b.device
         seed = self.sampling.seed if self.sampling.seed is not None else 0
         accept_gen = torch.Generator(device="cpu").manual_seed(seed)
         draft_gen = torch.Generator(device="cpu").manual_seed(((self.sampling.seed or 0) * 1_000_003 + 7919) % (2 ** 63))
         slack = 64 + (self.policy.total_tokens if self.policy is not None else 0)
         cap = min(len(ids) + self.max_new_tokens + slack, ctx + slack)
         cache, hcache = self.b.forward.new_cache(cap), self.b.draft.new_cache(cap + 1024)
-
-        clock = self._clock()
-        tokens = torch.tensor(ids, dtype=torch.long, device=dev)
-        clock.lap("verify_inputs")
-        head_feats, logits = self.b.forward.prefill(cache, tokens, torch.arange(len(ids), device=dev))
-        clock.lap("target_forward")
-        root = choose(logits, self.sampling, accept_gen)
+        clock = self.clock()
+        if prefilled is None:
+            prefilled = prefill(self.b, ids, cache, clock)
+        else:
+            check(prefilled.ids == tuple(ids) and prefilled.bundle is self.b,
+                  "A shared prefill must be of the same prompt by the same model.")
+            for phase, seconds in prefilled.seconds.items():
+                clock.add(phase, seconds)
+            prefilled.copy(cache)
+            clock.lap("cache_commit")
+        root = choose(prefilled.logits, self.sampling, accept_gen)
         clock.lap("accept")
         cache.advance(len(ids))
         s = DecodeState(prompt_ids=tuple(ids), cache=cache, hcache=hcache, root=root,
-                        pending=(head_feats, ids[1:] + [root]), reading=None,
+                        pending=(prefilled.feats, ids[1:] + [root]), reading=None,
                         accept_gen=accept_gen, draft_gen=draft_gen, target_forwards=1)
         clock.lap("cache_commit")
         self.state = s
         self.text_stream = TextStream(self.b.tokenizer)
         self.recorder = TraceRecorder(self.b, run_meta(self))
         return self._conclude(s, [root], None, clock.timings())
+
+    def ids_of(self, prompt: str | None = None, messages: list | None = None, raw: bool = False) -> list[int]:
+        """The ids `start` would decode after (checked against the model's context)."""
+        return checked_ids(self.b, prompt_ids(self.b.tokenizer, prompt, messages, raw))
 
     # ------------------------------------------------------------------ one cycle
     @DECODING
@@ -171,7 +215,7 @@ class Decoder:
         page's preview of another policy on this context) the state that comes back is the one
         that went in, absorbed; the policy learns nothing."""
         b, dev = self.b, self.b.device
-        clock = self._clock()   # the cycle's phases (eagle2/phases.py): each lap closes one
+        clock = self.clock()   # the cycle's phases (eagle2/phases.py): each lap closes one
         # 1. The head reads what the last cycle committed (perhaps already: Decoder.absorb).
         s = self.absorbed(s, clock)
         # 2. Draft a tree under the root: the policy decides its shape.
@@ -222,12 +266,12 @@ class Decoder:
             if clock is not None:
                 clock.add("draft_head", s.reading.seconds)
             return s
-        clock = clock or self._clock()
+        clock = clock or self.clock()
         feats, toks = s.pending
         hc, n, dev = copy.copy(s.hcache), len(toks), self.b.device
         g, logp, top = self.b.draft.step(hc, feats, torch.tensor(toks, device=dev),
                                          torch.arange(hc.length, hc.length + n, device=dev), hc.length,
-                                         k=DRAFT_TOPK)
+                                         k=DRAFT_TOPK, last_only=True)   # the reading is the last row's
         hc.advance(n)
         seconds = clock.lap("draft_head")
         return replace(s, hcache=hc, pending=None,
@@ -235,7 +279,7 @@ class Decoder:
 
     def plain_step(self, s: DecodeState) -> tuple[DecodeState, int, PhaseClock]:
         """One target forward on the root: the next token (state, token, the step's clock)."""
-        clock = self._clock()
+        clock = self.clock()
         cache = self._room(s.cache, s.cache.length + 1)
         dev = self.b.device
         best = torch.empty(1, dtype=torch.long) if self.sampling.greedy else None
@@ -291,7 +335,7 @@ class Decoder:
         self._sync()
         return time.perf_counter()
 
-    def _clock(self) -> PhaseClock:
+    def clock(self) -> PhaseClock:
         """A clock for one step, started now (eagle2/phases.py), reading this decoder's time."""
         return PhaseClock(self._now)
 

@@ -18,7 +18,7 @@ from ..model.calibration import verify_profile
 from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
 from ..policies.registry import BASELINE, DEFAULT, PLAIN, check_policy, default_policy, is_plain, make_policy
-from .decoder import MAX_NEW_TOKENS, Decoder
+from .decoder import MAX_NEW_TOKENS, Decoder, prefill
 
 # Each decoder's role in the race, in the order of Race.decoders (a trace's series say which is which)
 ROLES = ("main", "compare", PLAIN)
@@ -99,8 +99,12 @@ class Race:
         main, cmp = s.policy_for(s.policy), s.policy_for(s.compare)   # bad settings fail here, before any model work
         decs = [Decoder(bundle, p, s.sampling(), max_new_tokens=s.max_new_tokens) for p in (main, cmp, None)]
         costs = verify_profile(bundle, measure=False)  # this machine's t(N): the what-if views price with it
+        # One forward over the prompt for the three (the same model and bits, so the same K/V):
+        # each copies it and is charged its seconds, as a run alone would pay them.
+        ids = decs[0].ids_of(prompt)
+        shared = prefill(bundle, ids, bundle.forward.new_cache(len(ids)), decs[0].clock())
         for d in decs:
-            d.start(prompt)
+            d.start(input_ids=ids, prefilled=shared)
             d.trace.meta[RECORD_KEY] = costs
         self.main, self.cmp, self.plain = decs
         self.prompt, self.settings, self.previews = prompt, s, {}

@@ -67,12 +67,14 @@ class DraftForward(Protocol):
     def new_cache(self, max_len: int) -> KVCache: ...
 
     def step(self, cache: KVCache, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-             start: int, tree_mask: torch.Tensor | None = None, k: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+             start: int, tree_mask: torch.Tensor | None = None, k: int = 0,
+             last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
         """Pairs (features [T, F], tokens [T]) written at cache slots start..start+T-1: (g [T, D],
         log-probs over the draft vocabulary [T, V_draft], and with k > 0 each row's k best
         (log-probs, target ids) [T, k'], k' = min(k, V_draft), best first; else None). Slots before
         cache.length are visible to every row, the rest follow `tree_mask` [T, start + T - length]
-        (None: causal, start == length)."""
+        (None: causal, start == length). last_only: the log-probs and top k of the last row alone
+        ([1, ..]: absorbing a context, a prompt's thousands of rows, reads only its last)."""
 
     def to_target_ids(self, idx: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary indices as target token ids."""
@@ -126,8 +128,8 @@ class EagerDraft:
     def new_cache(self, max_len: int) -> KVCache:
         return self.head.new_cache(max_len)
 
-    def step(self, cache, features, tokens, positions, start, tree_mask=None, k=0):
-        return self.head.forward_draft(cache, features, tokens, positions, start, tree_mask, k)
+    def step(self, cache, features, tokens, positions, start, tree_mask=None, k=0, last_only=False):
+        return self.head.forward_draft(cache, features, tokens, positions, start, tree_mask, k, last_only)
 
     def to_target_ids(self, idx):
         return self.head.to_target_ids(idx)

@@ -75,13 +75,13 @@ class DraftHead(nn.Module):
         return torch.log_softmax(linear(g, self.lm_weight, None, self.lm_packed).float(), dim=-1)
 
     def forward_draft(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None,
-                      k: int = 0) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
-        """forward_cached, then draft_logprobs of every row, and with k > 0 each row's k most likely
-        draft tokens: (g [T, D], log-probs [T, V_draft], (their log-probs [T, k'], target ids [T,
-        k']) or None), k' =
-        min(k, V_draft), best first (forward.DraftForward.step's contract)."""
+                      k: int = 0, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+        """forward_cached, then draft_logprobs of every row (last_only: of the last row alone), and
+        with k > 0 each such row's k most likely draft tokens: (g [T, D], log-probs [T, V_draft],
+        (their log-probs [T, k'], target ids [T, k']) or None), k' = min(k, V_draft), best first
+        (forward.DraftForward.step's contract)."""
         g = self.forward_cached(cache, features, tokens, positions, start, tree_mask)
-        logp = self.draft_logprobs(g)
+        logp = self.draft_logprobs(g[-1:] if last_only else g)
         top = None
         if k:
             v, i = logp.topk(min(k, logp.shape[-1]), dim=-1)

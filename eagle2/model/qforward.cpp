@@ -549,19 +549,20 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
 //   row; slots committed..start+T-1 follow tree [T, start + T - committed] (null: causal, start ==
 //   committed).
 //   g [T, D] out: the layer's output (before the final norm), what children feed back.
-//   logp [T, V_draft] out: log-probabilities; top_vals, top_ids [T, k] out (k may be 0): the k best
-//   in order, ties to the lower index, ids as target ids.
-// Returns 0; -1 when the slots exceed the cache, -2 for a token or width it cannot take, -3 for a
-// top k above TOPK_MAX, -4 for a head size attention does not take (head_dim_ok).
+//   logp [T - lm_from, V_draft] out: log-probabilities of rows lm_from..T-1; top_vals, top_ids
+//   [T - lm_from, k] out (k may be 0): the k best in order, ties to the lower index, ids as target
+//   ids. Rows before lm_from run the layer only (absorbing a context reads its last row's).
+// Returns 0; -1 when the slots exceed the cache, -2 for a token or width it cannot take or lm_from
+// outside 0..T-1, -3 for a top k above TOPK_MAX, -4 for a head size attention does not take (head_dim_ok).
 int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int width, int T, const float* cos,
              const float* sin, uint16_t* kc, uint16_t* vc, int cap, int committed, int start, const uint8_t* tree,
-             float* g, float* logp, int k, float* top_vals, int64_t* top_ids, int threads) {
+             float* g, float* logp, int k, float* top_vals, int64_t* top_ids, int lm_from, int threads) {
     const QHead3& ly = m->layer;
     const int D = ly.D, H = ly.H, KV = ly.KV, hd = ly.hd, F = ly.F, V = m->lm.N;
     if (!head_dim_ok(hd)) return -4;
     if (committed < 0 || start < committed || T < 1 || start + T > cap) return -1;
     const bool fc = width != D;
-    if ((fc && (!m->fc.data || m->fc.K != width)) || k < 0 || k > V) return -2;
+    if ((fc && (!m->fc.data || m->fc.K != width)) || k < 0 || k > V || lm_from < 0 || lm_from >= T) return -2;
     if (k > TOPK_MAX) return -3;
     for (int t = 0; t < T; ++t)
         if (tokens[t] < 0 || tokens[t] >= m->vocab) return -2;
@@ -575,8 +576,9 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
     Buffers b(T, 2 * D, D, H, KV, hd, F);
     std::vector<float> hidden(fc ? (size_t)T * D : 0), hn((size_t)T * D);
     const float* hid = fc ? hidden.data() : features;
-    QRows fc_in;
+    QRows fc_in, lm_in;
     if (fc) fc_in.resize(T, width);
+    lm_in.resize(T - lm_from, D);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         Team tm{omp_get_thread_num(), omp_get_num_threads(), Clock(nullptr), {}};
@@ -602,17 +604,20 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
         attention_block(tm, Attention{&ly.q, &ly.k, &ly.v, kc, vc}, b, T, H, KV, hd, cos, sin, cap, start, committed,
                         tree == nullptr && start == committed, slots, longest);
         mlp_block(tm, Mlp{&ly.o, &ly.gate, &ly.up, &ly.down, ly.post_norm}, b, g, T, D, F, ly.eps);
-        for (int t = lo; t < hi; ++t) {
-            rmsnorm_row(g + (size_t)t * D, m->norm, b.h.data() + (size_t)t * D, D, ly.eps);
-            quantise_row(b.h.data() + (size_t)t * D, D, t, b.mlp_in);
+        int rlo, rhi;  // the rows that get log-probabilities, this thread's share
+        tm.share(T - lm_from, 1, rlo, rhi);
+        for (int r = rlo; r < rhi; ++r) {
+            const size_t t = (size_t)(lm_from + r);
+            rmsnorm_row(g + t * D, m->norm, b.h.data() + t * D, D, ly.eps);
+            quantise_row(b.h.data() + t * D, D, r, lm_in);
         }
         tm.sync(OP_QUANTISE);
-        matmul_share(tm, m->lm, b.mlp_in, logp, false);
+        matmul_share(tm, m->lm, lm_in, logp, false);
         tm.sync(OP_LM_HEAD);
-        for (int t = lo; t < hi; ++t) {
-            float* row = logp + (size_t)t * V;
+        for (int r = rlo; r < rhi; ++r) {
+            float* row = logp + (size_t)r * V;
             log_softmax_row(row, V);
-            if (k) top_k_row(row, V, k, m->ids, top_vals + (size_t)t * k, top_ids + (size_t)t * k);
+            if (k) top_k_row(row, V, k, m->ids, top_vals + (size_t)r * k, top_ids + (size_t)r * k);
         }
     }
     return 0;
@@ -722,7 +727,7 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
         const auto t_step = std::chrono::steady_clock::now();
         const int rc = qf_draft(m, toks.data(), beam_g.data(), D, w, cs.data(), sn.data(), in->kc, in->vc, in->cap,
                                 in->committed, in->committed + s0, tree.data(), g.data(), lp.data(), QT_TOPK,
-                                top_v.data(), top_i.data(), in->threads);
+                                top_v.data(), top_i.data(), 0, in->threads);
         head_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
         if (rc != 0) return rc;
         used += w, ++calls;

@@ -290,7 +290,7 @@ SIGNATURES = {
     "qf_forward": ([_MODEL, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t,
                     _ptr_t, _int, _ptr_t, _ptr_t, _ptr_t, _int, _ptr_t], _int),
     "qf_draft": ([_DRAFT, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t,
-                  _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int], _int),
+                  _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _int], _int),
     "qf_draft_tree": ([_DRAFT, ctypes.POINTER(_CTreeIn), ctypes.POINTER(_CTreeOut)], _int),
     "qf_commit": ([_ptr_t, _ptr_t, ctypes.c_int64, _int, _int, _int, _ptr_t, _int], _int),
     "qf_argmax": ([_ptr_t, _int, _int], ctypes.c_int64),
@@ -625,7 +625,8 @@ class KernelDraft:
         check_cache(cache, 1, a.n_kv_heads, a.head_dim, "the draft head's step")
 
     @torch.no_grad()
-    def step(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None, k: int = 0):
+    def step(self, cache: KVCache, features, tokens, positions, start: int, tree_mask=None, k: int = 0,
+             last_only: bool = False):
         T = tokens.numel()
         self._check(cache)
         if features.dim() != 2 or features.shape[0] != T or positions.numel() != T:
@@ -642,12 +643,14 @@ class KernelDraft:
         cos, sin = cos[positions].contiguous(), sin[positions].contiguous()
         tree = None if tree_mask is None else tree_mask.to(torch.uint8).contiguous()
         k = min(k, self.vocab)
-        g, logp = torch.empty(T, self.args.dim), torch.empty(T, self.vocab)
-        top = (torch.empty(T, k), torch.empty(T, k, dtype=torch.int64)) if k else None
+        lm_from = T - 1 if last_only else 0   # the rows that get log-probabilities: lm_from..T-1
+        g, logp = torch.empty(T, self.args.dim), torch.empty(T - lm_from, self.vocab)
+        top = (torch.empty(T - lm_from, k), torch.empty(T - lm_from, k, dtype=torch.int64)) if k else None
         rc = self.lib.qf_draft(ctypes.byref(self.c), toks.data_ptr(), feats.data_ptr(), feats.shape[-1], T,
                                cos.data_ptr(), sin.data_ptr(), cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len,
                                cache.length, start, _ptr(tree), g.data_ptr(), logp.data_ptr(), k,
-                               _ptr(top[0]) if top else None, _ptr(top[1]) if top else None, torch.get_num_threads())
+                               _ptr(top[0]) if top else None, _ptr(top[1]) if top else None, lm_from,
+                               torch.get_num_threads())
         if rc == -1:
             raise RuntimeError("draft cache full")
         if rc == -3:
