@@ -290,6 +290,31 @@ def test_an_update_sends_only_what_is_shown(bundle):
     assert isinstance(reset["compare"], SKIP) and not isinstance(reset["tree"], SKIP)
 
 
+def test_the_opening_trace_is_the_race_a_live_cpu_page_runs_at_its_defaults():
+    """The page opens on the first shipped trace: the race Step then continues on a CPU, recorded
+    with the page's own settings (ui.traces.record_traces: recorded_race.record_settings("cpu"),
+    the embedded model in its CPU precision, one thread a session), named with its CPU; its card
+    against plain does not say speculation loses."""
+    from eagle2.cycle.trace import DEVICE_NAME, VIZ_KEY
+    from eagle2.decoding.recorded_race import record_settings
+    from eagle2.policies.registry import make_policy
+    from ui.traces import DEFAULT_TRACE, RECORDINGS
+
+    title, path = next(iter(shipped_traces().items()))
+    assert path.name == DEFAULT_TRACE == RECORDINGS[0][0]
+    tr = TRACES.load(path)
+    meta, live = tr.meta, record_settings("cpu", 48)
+    assert meta["policy"] == {"name": live.policy, **make_policy(live.policy, **live.tree).params()}
+    assert meta[VIZ_KEY]["compare_policy"] == live.compare and meta["device"] == "cpu"
+    assert meta["dtype"] == "q4_1"          # the embedded model's precision on a CPU (load_bundle's default)
+    assert meta["threads"] == 1             # a session's: 2 CPUs shared by the page's 2 sessions at once
+    assert meta["sampling"]["temperature"] == live.temperature == 0.0 and meta["max_new_tokens"] == 48
+    assert meta[DEVICE_NAME] and meta[DEVICE_NAME] in title and f"{live.policy} vs {live.compare}" in title
+    view = View.from_trace(tr, "replay")
+    speedup = viz.metrics(view.series[0], view.series[1:])["speedups"]["plain"]
+    assert speedup >= 1.0, f"the opening trace says {live.policy} is {speedup:.2f}x plain"
+
+
 def test_the_acceptance_whatif_opens_and_its_slider_redraws_it_alone():
     """Opening the acceptance what-if draws it at the tab's a; moving its slider redraws that chart
     alone (no decoding) and keeps a for the tab's later redraws, which draw it only while open."""

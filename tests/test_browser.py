@@ -84,8 +84,10 @@ def test_replay_of_a_shipped_trace(page):
     page.wait_for_function("() => { const el = document.querySelector('#replay-tree .js-plotly-plot');"
                            " return el && el.data && el.data.some(t => t.name === 'draft nodes'); }")
     tr = plot_traces(page, "replay-tree")
-    assert tr["draft nodes"] > 10 and tr["bonus token"] == 1 and tr["accepted path"] >= 2
-    assert "Prompt:" in page.locator("#trace-info").inner_text()
+    assert tr["draft nodes"] >= 1 and tr["bonus token"] == 1 and tr["accepted path"] >= 1
+    info = page.locator("#trace-info").inner_text()
+    # the opening trace: the race a live CPU page runs at its defaults (its last cycle shown)
+    assert "Prompt:" in info and "eagle2-auto vs static, q4_1" in info and "Policy: eagle2-auto" in info
     first = plot_title(page, "replay-tree")
     # browse one cycle back with the keyboard on the slider
     page.locator("#replay-cycle input[type=range]").focus()

@@ -16,7 +16,9 @@ from viz.explain_layout import phase_layouts
 from viz.tree_graph import FADED_SIZE, MIN_WIDTH_PX, tree_graph
 
 TRACE_FILES = sorted((ROOT / "assets" / "traces").glob("*.json"))
-WRITING = ROOT / "assets" / "traces" / "writing-greedy.json"
+# an fp32 EAGLE-2 (60, 5, 10) race on a CPU, as the page shipped before it opened on eagle2-auto:
+# its cycle 14 is the wide tree these layout checks were written on
+WRITING = ROOT / "tests" / "data" / "fp32-eagle2-writing-greedy.json"
 CANDIDATES = "candidates, not selected"
 
 
@@ -25,7 +27,7 @@ def drafted_steps(path):
 
 
 def cycle_14():
-    """The writing trace's cycle 14: the step whose `cycle` is 14 (steps[14]; steps[0] is the
+    """The fp32 writing trace's cycle 14: the step whose `cycle` is 14 (steps[14]; steps[0] is the
     prefill), as the page's Cycle slider numbers it, and the cycle the tab opens on."""
     return next(s for s in drafted_steps(WRITING) if s.cycle == 14)
 

@@ -73,7 +73,7 @@ def test_schema_v1_traces_still_load():
 # ---------------------------------------------------------------- typed validation of trace files
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.json"))
-RACE = ROOT / "assets" / "traces" / "math-greedy.json"   # a CPU race the rules below edit
+RACE = ROOT / "tests" / "data" / "fp32-eagle2-math-greedy.json"   # a CPU race the rules below edit
 
 
 def good() -> dict:

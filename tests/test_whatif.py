@@ -215,10 +215,13 @@ def test_chart_prices_each_speculative_decoder_beside_its_wall_clock():
 
 
 @pytest.mark.parametrize("name", ["writing-greedy.json", "math-greedy.json"])
-def test_shipped_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
+def test_recorded_traces_price_the_60_node_tree_higher_on_the_gpu_model(name):
+    """Two fp32 EAGLE-2 (60, 5, 10) races recorded on a CPU (the page shipped them before it opened
+    on eagle2-auto; tests/data keeps them): priced on their recording machine's t(N) and on the
+    GPU model."""
     from ui.dashboard import DASH, render
     from ui.view import View
-    v = View.from_trace(TRACES.load(ROOT / "assets" / "traces" / name), "replay")
+    v = View.from_trace(TRACES.load(ROOT / "tests" / "data" / f"fp32-eagle2-{name}"), "replay")
     out = render(v)
     assert list(out) == list(DASH) and "whatif" in DASH
     here = price_table_from_trace(v.steps, v.meta, v.series[1:])

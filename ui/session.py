@@ -21,7 +21,7 @@ from eagle2.heap import trim_heap
 from .model import MODEL
 from .view import View
 
-# The engine's own defaults, whatever the device: what the shipped traces record (ui/traces.py).
+# The engine's own defaults, whatever the device (the shipped CPU traces record defaults("cpu"): ui/traces.py).
 # The page's controls start at defaults(), which depend on the device the page was launched for.
 DEFAULTS = RaceSettings()
 

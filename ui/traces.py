@@ -7,11 +7,12 @@ import time
 from pathlib import Path
 
 from eagle2.errors import UserError
+from eagle2.decoding.recorded_race import device_name, record_settings
 from eagle2.model.weights import ASSETS
 from eagle2.policies.registry import TRACES
-from eagle2.cycle.trace import VIZ_KEY
+from eagle2.cycle.trace import DEVICE_NAME, VIZ_KEY
 
-from .session import DEFAULTS, Session, Settings
+from .session import Session
 from .view import View
 
 TRACES_DIR = ASSETS / "traces"
@@ -119,11 +120,13 @@ def load_examples() -> dict[str, list[str]]:
 # --------------------------------------------------------------------------------------------
 # Recording them (python app.py --record-traces)
 # --------------------------------------------------------------------------------------------
-_VS = f"{DEFAULTS.policy} vs {DEFAULTS.compare}"   # the recordings race the default policies
+# What a live page on a CPU runs at its defaults (defaults("cpu"): eagle2-auto against the static
+# tree and plain, the embedded model in q4_1, one thread a session): the page opens on the first,
+# so its first claim is the one Step then makes. The GPU traces (gpu-*.json) stay in Replay.
 RECORDINGS = [
-    ("writing-greedy.json", f"Writing, greedy ({_VS})", "Writing",
+    ("writing-greedy.json", "Writing, greedy", "Writing",
      "Write a short poem about a city at night seen from a rooftop.", dict(temperature=0.0)),
-    ("math-greedy.json", f"Math, greedy ({_VS})", "Math",
+    ("math-greedy.json", "Math, greedy", "Math",
      "Solve for y: 5y - 3 = 2y + 12.", dict(temperature=0.0)),
     ("writing-sampled-t0.7.json", "Writing, sampled at temperature 0.7", "Writing",
      "Write a letter to your future self, to be opened in ten years.", dict(temperature=0.7, seed=1)),
@@ -131,22 +134,28 @@ RECORDINGS = [
 
 
 def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, only=None) -> list[Path]:
-    """Record the shipped traces (the default race: main policy + comparison preview + comparison
-    and plain series) with `bundle`."""
+    """Record the shipped CPU traces with `bundle` at this process's threads: each the race a live
+    CPU page runs at its defaults (recorded_race.record_settings: main policy + comparison preview
+    + comparison and plain series), titled with the policies, the precision and the CPU."""
+    import torch
+
     from eagle2.model.calibration import verify_profile
     out_dir.mkdir(parents=True, exist_ok=True)
     verify_profile(bundle)  # t(N) first, in the foreground: the policies start from it, the traces carry it
+    cpu = device_name(bundle.device)
     written = []
     for fname, title, cat, prompt, kw in RECORDINGS:
         if only and fname not in only:
             continue
-        s = Settings(max_new_tokens=max_new_tokens, **kw)
+        s = record_settings("cpu", max_new_tokens, **kw)
         sess = Session()
         sess.start(bundle, prompt, s)
         while not sess.finished:
             sess.tick()
         tr = sess.export()
-        tr.meta[VIZ_KEY].update(title=title, category=cat, recorded=time.strftime("%Y-%m-%d"))
+        tr.meta[DEVICE_NAME], tr.meta["threads"] = cpu, torch.get_num_threads()
+        tr.meta[VIZ_KEY].update(title=f"{title} ({s.policy} vs {s.compare}, {tr.meta['dtype']}, {cpu})",
+                                category=cat, recorded=time.strftime("%Y-%m-%d"))
         path = out_dir / fname
         path.write_text(tr.to_json(digits=4), encoding="utf-8")
         TRACES.load(path)  # must load back
