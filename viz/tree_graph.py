@@ -281,7 +281,8 @@ def plan_labels(G: nx.DiGraph, pos: dict, frame: Frame, sizes: dict, extents: di
 
     seen = set(must)
     for v in must:   # at its right, over other nodes, reads better than above or below another node
-        (place(v, marks, MIN_LABEL_CHARS, POSITIONS + (LEFT,)) or place(v, key_marks, 1, POSITIONS[:1])
+        (place(v, marks, MIN_LABEL_CHARS, POSITIONS + (LEFT,))
+         or place(v, key_marks, MIN_LABEL_CHARS, POSITIONS[:1])   # a cut to one character reads as none
          or place(v, [], 1, POSITIONS[:1]) or place(v, [], 1, POSITIONS))
     for v in optional:
         if v in pts and v not in seen:
