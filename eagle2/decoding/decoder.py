@@ -162,8 +162,7 @@ class Decoder:
         """Prefill the prompt; emits the first token (cycle 0). With `prefilled` (a Prefill of the
         same prompt's ids by the same bundle: the race's decoders share one), its K/V are copied
         and its forward's seconds charged as this decoder's own, as a run alone would pay them."""
-        ids = checked_ids(self.b, list(input_ids) if input_ids is not None
-                          else prompt_ids(self.b.tokenizer, prompt, messages, raw))
+        ids = checked_ids(self.b, list(input_ids)) if input_ids is not None else self.ids_of(prompt, messages, raw)
         ctx = self.b.args.max_positions
         seed = self.sampling.seed if self.sampling.seed is not None else 0
         accept_gen = torch.Generator(device="cpu").manual_seed(seed)
