@@ -386,47 +386,45 @@ QF_AVX512F void shared_scores512(const Query* qs, int nq, const uint16_t* kbase,
     }
 }
 
+// acc[q..q+NQ-1] += the values in kbuf (count of them, fp32) weighted by those queries' scores,
+// key after key: NQ queries read each value once
+template <int LANES, int NQ>
+QF_AVX512F inline void weigh_values512(int q, int c0, int count, const float* scores, size_t stride, float* acc,
+                                       const float* kbuf) {
+    constexpr int hd = 8 * LANES, W = LANES / 2;
+    __m512 a[NQ][W];
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) a[j][k] = _mm512_loadu_ps(acc + (size_t)(q + j) * hd + 16 * k);
+    for (int l = 0; l < count; ++l) {
+        __m512 p[NQ];
+#pragma GCC unroll 8
+        for (int j = 0; j < NQ; ++j) p[j] = _mm512_set1_ps(scores[(q + j) * stride + c0 + l]);
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) {
+            const __m512 v = _mm512_loadu_ps(kbuf + l * hd + 16 * k);
+#pragma GCC unroll 8
+            for (int j = 0; j < NQ; ++j) a[j][k] = _mm512_fmadd_ps(p[j], v, a[j][k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 8
+        for (int k = 0; k < W; ++k) _mm512_storeu_ps(acc + (size_t)(q + j) * hd + 16 * k, a[j][k]);
+}
+
 // acc[q] += the shared values c0..c0+count-1 weighted by the queries' scores (exponentials), key
 // after key; two queries at a time read each value once
 template <int LANES>
 QF_AVX512F void shared_values512(int nq, const uint16_t* vbase, int c0, int count, const float* scores, size_t stride,
                                  float* acc, float* kbuf) {
-    constexpr int hd = 8 * LANES, W = LANES / 2;
+    constexpr int hd = 8 * LANES;
     const uint16_t* src = vbase + (size_t)c0 * hd;
     for (int i = 0; i < count * hd; i += 16) _mm512_storeu_ps(kbuf + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(src + i))));
     int q = 0;
-    for (; q + 2 <= nq; q += 2) {
-        const float *s0 = scores + q * stride + c0, *s1 = s0 + stride;
-        float *a0p = acc + (size_t)q * hd, *a1p = a0p + hd;
-        __m512 a0[W], a1[W];
-#pragma GCC unroll 8
-        for (int k = 0; k < W; ++k) a0[k] = _mm512_loadu_ps(a0p + 16 * k), a1[k] = _mm512_loadu_ps(a1p + 16 * k);
-        for (int l = 0; l < count; ++l) {
-            const __m512 p0 = _mm512_set1_ps(s0[l]), p1 = _mm512_set1_ps(s1[l]);
-#pragma GCC unroll 8
-            for (int k = 0; k < W; ++k) {
-                const __m512 v = _mm512_loadu_ps(kbuf + l * hd + 16 * k);
-                a0[k] = _mm512_fmadd_ps(p0, v, a0[k]);
-                a1[k] = _mm512_fmadd_ps(p1, v, a1[k]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < W; ++k) _mm512_storeu_ps(a0p + 16 * k, a0[k]), _mm512_storeu_ps(a1p + 16 * k, a1[k]);
-    }
-    for (; q < nq; ++q) {
-        const float* s0 = scores + q * stride + c0;
-        float* a0p = acc + (size_t)q * hd;
-        __m512 a0[W];
-#pragma GCC unroll 8
-        for (int k = 0; k < W; ++k) a0[k] = _mm512_loadu_ps(a0p + 16 * k);
-        for (int l = 0; l < count; ++l) {
-            const __m512 p0 = _mm512_set1_ps(s0[l]);
-#pragma GCC unroll 8
-            for (int k = 0; k < W; ++k) a0[k] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(kbuf + l * hd + 16 * k), a0[k]);
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < W; ++k) _mm512_storeu_ps(a0p + 16 * k, a0[k]);
-    }
+    for (; q + 2 <= nq; q += 2) weigh_values512<LANES, 2>(q, c0, count, scores, stride, acc, kbuf);
+    if (q < nq) weigh_values512<LANES, 1>(q, c0, count, scores, stride, acc, kbuf);
 }
 
 // scores: [nq, score_stride(longest n)]; acc: [nq, hd];
