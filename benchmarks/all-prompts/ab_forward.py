@@ -4,14 +4,10 @@ from pathlib import Path
 other = Path(sys.argv[1]); threads = int(sys.argv[2]); context = int(sys.argv[3]); sizes = [int(x) for x in sys.argv[4].split(",")]
 reps = int(sys.argv[5]) if len(sys.argv) > 5 else 15
 torch.set_num_threads(threads)
-from eagle2.model import quantized as Q
-from eagle2.model.loading import load_bundle
 from eagle2.model.stopwatch import time_forwards
-a = load_bundle(dtype="q4_1")
-src = other / "eagle2/model"
-Q.SOURCE = src / "qforward.cpp"
-Q.HEADERS = tuple(src / n for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h", "qtree.h"))
-b = load_bundle(dtype="q4_1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kernel_builds import this_and_other  # noqa: E402
+a, b = this_and_other(other)
 res = {}
 for rnd in range(3):
     r = time_forwards({"A": a.forward, "B": b.forward}, sizes, context=context, repeats=reps)

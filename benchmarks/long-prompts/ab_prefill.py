@@ -4,13 +4,9 @@ import sys, time, torch
 from pathlib import Path
 other = Path(sys.argv[1]); threads = int(sys.argv[2]); T = int(sys.argv[3]); rounds = int(sys.argv[4])
 torch.set_num_threads(threads)
-from eagle2.model import quantized as Q
-from eagle2.model.loading import load_bundle
-a = load_bundle(dtype="q4_1")
-src = other / "eagle2/model"
-Q.SOURCE = src / "qforward.cpp"
-Q.HEADERS = tuple(src / n for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h", "qtree.h"))
-b = load_bundle(dtype="q4_1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kernel_builds import this_and_other  # noqa: E402
+a, b = this_and_other(other)
 toks = torch.randint(100, 40000, (T,), generator=torch.Generator().manual_seed(0))
 res = {"A": [], "B": []}
 for r in range(rounds):

@@ -1,0 +1,14 @@
+"""Two builds of the q4_1 kernels in one process, for A/B timings that alternate (the machine's
+speed moves): this checkout's, and OTHER's qforward.cpp with its headers (another checkout)."""
+from pathlib import Path
+
+
+def this_and_other(other: Path):
+    """(this checkout's q4_1 bundle, one on OTHER's kernel sources)."""
+    from eagle2.model import quantized as Q
+    from eagle2.model.loading import load_bundle
+    a = load_bundle(dtype="q4_1")
+    src = Path(other) / "eagle2" / "model"
+    Q.SOURCE = src / Q.SOURCE.name
+    Q.HEADERS = tuple(src / h.name for h in Q.HEADERS)
+    return a, load_bundle(dtype="q4_1")
