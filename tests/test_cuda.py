@@ -145,6 +145,9 @@ def test_the_record_runs_whole_on_the_device(real_folder, device):
     tr = record("Explain speculative decoding in two sentences.", device, max_new_tokens=48)
     back = TRACES.from_json(tr.to_json(digits=DIGITS))
     assert back.meta[DEVICE_NAME] == torch.cuda.get_device_name() and back.meta[RECORD_KEY]
-    assert len(back.meta["viz"]["series"]) == 2 and back.steps[-1].cumulative["tokens"] >= 1
+    last = back.steps[-1]
+    assert len(back.meta["viz"]["series"]) == 2 and last.finished in ("eos", "max_new_tokens")
+    assert last.cumulative["tokens"] == sum(len(st.new_tokens) for st in back.steps) <= 48
+    assert last.finished == "eos" or last.cumulative["tokens"] == 48
     report(model="real", device=device, record_title=back.meta["viz"]["title"], cycles=len(back.steps),
            seconds=tr.meta["record_s"])

@@ -166,6 +166,7 @@ def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
     without the pricing keys, previews with empty totals; it loads, replays and passes the upload."""
     d = json.loads(RACE.read_text(encoding="utf-8"))
     d["schema"] = "eagle2-viz/trace/v1"
+    first = {k: d["steps"][1]["tree"][k] for k in ("beam", "draft_calls")}
     for st in d["steps"] + d["meta"]["viz"]["previews"]:
         t = st["tree"]
         if t is not None:
@@ -179,7 +180,7 @@ def test_a_v1_file_with_previews_and_old_series_loads_and_uploads(tmp_path):
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(d), encoding="utf-8")
     tr = TRACES.load(path)
-    assert tr.steps[1].tree.beam and tr.steps[1].tree.draft_calls > 0
+    assert first["beam"] and (tr.steps[1].tree.beam, tr.steps[1].tree.draft_calls) == (first["beam"], first["draft_calls"])
     from ui.traces import read_upload
     view = read_upload(path)
     assert len(view.steps) == len(tr.steps) and view.previews and len(view.series) == 3

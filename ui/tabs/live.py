@@ -137,9 +137,9 @@ def build_settings(c: dict, kind: str) -> None:
         c["colour_by"] = gr.Radio(COLOUR_CHOICES, value=COLOUR_CHOICES[0], label="Colour nodes by",
                                   info=HELP["colour_by"])
         c["show_dropped"] = gr.Checkbox(False, label="Show nodes dropped by the rerank (faded)", elem_id="show-dropped")
-    with gr.Accordion("Downloads", open=False):
-        c["export"] = gr.Button("Export trace (JSON), table (CSV), tree (HTML)")
-        c["files"] = gr.File(file_count="multiple", label="Files", interactive=False)
+    with gr.Accordion("Downloads", open=False, elem_id="live-downloads"):
+        c["export"] = gr.Button("Export trace (JSON), table (CSV), tree (HTML)", elem_id="live-export")
+        c["files"] = gr.File(file_count="multiple", label="Files", interactive=False, elem_id="live-files")
 
 
 def build_live_tab(sess: gr.State, init_dash: dict | None, init_status: str, device: str | None = None,
@@ -241,6 +241,6 @@ def wire(c: dict, live: h.Live, sections: dict, ex_map: dict[str, str]) -> None:
                              live.outputs((PANELS_STATE, "compare")), show_progress="hidden",
                              api_visibility="private")
     wire_sections(sections, view, live)
-    c["export"].click(h.on_export_live, [sess], [c["files"]])
+    c["export"].click(h.on_export_live, [sess], [c["files"]], api_name="export")
     for k, _ in PRESETS:
         c[f"preset_{k}"].click(preset_values(k), None, [c[n] for n in TREE], queue=False, show_progress="hidden")
