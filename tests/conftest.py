@@ -28,7 +28,8 @@ elif (_os.cpu_count() or 1) <= 2:
 # ---------------------------------------------------------------------------------------------
 # The user's cache (~/.cache/eagle2, or $EAGLE2_CACHE) is never written by the tests. Every test
 # gets an empty cache folder of its own (EAGLE2_CACHE; the t(N) tables follow it, as
-# EAGLE2_TIMING_CACHE is unset); the tests marked `real_model` (those using real_folder or
+# EAGLE2_TIMING_CACHE is unset), but for the q4_1 kernels' build, shared by the session
+# (share_kernel_build); the tests marked `real_model` (those using real_folder or
 # real_bundle get the mark at collection) share one session folder that mirrors the user's cache
 # as symlinks, so they read the fetched model without copying it, and whatever they write (a
 # table, a kernel build) replaces a link in the mirror, not the user's file.
@@ -122,6 +123,17 @@ def real_model_cache(tmp_path_factory):
     return mirror
 
 
+def share_kernel_build(cache: _Path) -> None:
+    """The q4_1 kernels' build folder in `cache` a link to the session's own: built once a session
+    (about 5 s each time), not once for every test that loads the kernels into an empty cache. Only
+    that library: a test building another (test_cache_tidy) builds it in its own folder."""
+    from eagle2.model.quantized import NAME
+    shared = _Path(_AT_START["session_cache"]) / "native" / NAME
+    shared.mkdir(parents=True, exist_ok=True)
+    (cache / "native").mkdir(exist_ok=True)
+    (cache / "native" / NAME).symlink_to(shared, target_is_directory=True)
+
+
 @_pytest.fixture(autouse=True)
 def _own_cache(request, monkeypatch, tmp_path_factory):
     """This test's EAGLE2_CACHE: a new empty folder, or for a `real_model` test the session's
@@ -132,6 +144,8 @@ def _own_cache(request, monkeypatch, tmp_path_factory):
     user_cache = _snapshot(USER_CACHE)
     real = request.node.get_closest_marker("real_model") is not None
     cache = request.getfixturevalue("real_model_cache") if real else tmp_path_factory.mktemp("eagle2-cache")
+    if not real:
+        share_kernel_build(cache)
     monkeypatch.setenv("EAGLE2_CACHE", str(cache))
     monkeypatch.delenv("EAGLE2_TIMING_CACHE", raising=False)
     yield cache
