@@ -18,7 +18,7 @@ import viz
 from eagle2.decoding.race import RaceSettings
 from eagle2.policies.registry import TRACES
 from eagle2.errors import UserError
-from eagle2.policies.registry import DEFAULT, HARDWARE_AWARE, default_policy, describe, names
+from eagle2.policies.registry import EAGLE2, HARDWARE_AWARE, default_policy, describe, names
 from ui import handlers
 from ui.dashboard import ACCEPT, ALWAYS, DASH, OPEN, PANELS, SECTIONS, render
 from ui.model import MODEL, ModelHolder
@@ -124,14 +124,14 @@ def test_controls_start_at_the_defaults_that_pay_on_the_device(monkeypatch):
     from ui.tabs.live import TREE, preset_values
     cpu, gpu = RaceSettings.for_device("cpu"), RaceSettings.for_device("cuda")
     assert cpu.policy == default_policy("cpu") == HARDWARE_AWARE
-    assert gpu.policy == default_policy("cuda") == DEFAULT and (gpu.total_tokens, gpu.depth, gpu.top_k) == (60, 5, 10)
+    assert gpu.policy == default_policy("cuda") == EAGLE2 and (gpu.total_tokens, gpu.depth, gpu.top_k) == (60, 5, 10)
     for device, want in (("cpu", cpu), ("cuda", gpu), ("cuda:0", gpu)):
         cfg = build_app(preload_trace=False, device=device).config
         assert control_values(cfg, "policy", "compare") == {"policy": want.policy, "compare": want.compare}
         buttons = {c["props"].get("elem_id"): c["props"]["value"] for c in cfg["components"]
                    if c["type"] == "button"}
         assert "this machine" in buttons["preset-cpu" if want is cpu else "preset-cuda"]
-        assert "(60, 5, 10)" in buttons["preset-cuda"] and DEFAULT in buttons["preset-cuda"]
+        assert "(60, 5, 10)" in buttons["preset-cuda"] and EAGLE2 in buttons["preset-cuda"]
         help_md = control_values(cfg, "presets-help")["presets-help"]
         assert "on a GPU 60 tokens cost about what one does" in help_md and "EAGLE-2 (60, 5, 10) wins" in help_md
     # one click: the preset sets the tree controls to that device's defaults

@@ -177,6 +177,19 @@ def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkey
         Q.declare(lib)
 
 
+def test_the_library_checks_the_numbers_both_sides_share(tiny_q4, monkeypatch):
+    """tree_modes' modes and the top-k bounds against the library's: every one is listed, and one
+    that differs is named at load."""
+    from eagle2.model.tree_modes import Explore, TreeBudget
+    lib = tiny_q4.forward.lib
+    listed = {n.removeprefix("const."): int(v) for n, v in (i.split("=") for i in lib.qf_layout().decode().strip(";").split(";"))
+              if n.startswith("const.")}
+    assert listed == Q.SHARED_CONSTANTS and listed["BUDGET_AUTO"] == TreeBudget.AUTO == 1
+    assert listed["EXPLORE_HALF"] == Explore.HALF and listed["QT_TOPK"] == 16
+    monkeypatch.setitem(Q.SHARED_CONSTANTS, "QT_TOPK", 32)
+    assert Q.layout_problem(lib) == "QT_TOPK is 16 in the library and 32 in the Python side"
+
+
 # ------------------------------------------------------------------ 2. row invariance
 def _rows_alone_and_batched(target, prompt: list[int], extra: list[int]):
     """(each extra token run alone after the prompt, as plain decoding does; the same tokens as rows

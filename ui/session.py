@@ -21,11 +21,6 @@ from eagle2.heap import trim_heap
 from .model import MODEL
 from .view import View
 
-# The engine's own defaults, whatever the device (the shipped CPU traces record defaults("cpu"): ui/traces.py).
-# The page's controls start at defaults(), which depend on the device the page was launched for.
-DEFAULTS = RaceSettings()
-
-
 def device_kind(device: str | None = None) -> str:
     """'cuda' or 'cpu': the kind of `device`, by default the one the page's model was started for
     (app.py's --device). Read from the option string, so nothing asks torch."""

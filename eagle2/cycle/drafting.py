@@ -1,9 +1,17 @@
 """Running the draft head inside one cycle: the tree part of its KV cache and its masks.
 
-Policies only see HeadRunner: `root_logp` (the head's distribution for the root's children),
-`run(...)`, which feeds a batch of tree nodes (each attending to the committed context, its
-ancestors and itself) and returns their predicted features and next-token log-probabilities, and
-the decoder's `sampling` parameters and draft `gen`erator (for policies that sample their drafts).
+Policies see the draft head only through HeadRunner:
+- the root's reading: `root_logp` (the head's distribution for the root's children), `root_g` (the
+  feature it predicts at the root) and `root_seconds` (what reading it took: a call's first price);
+- `run(...)`, which feeds a batch of tree nodes (each attending to the committed context, its
+  ancestors and itself) and returns their predicted features and next-token log-probabilities;
+  `topk(...)` ranks a row's best children (from what a call already ranked where it can), and
+  `calls` counts the calls made;
+- `drafts_trees` and `draft_tree(...)`: whether the draft head grows a whole tree in one call of
+  the kernels, and that call (EAGLE-2's rule and the auto budget's, tree_modes.TreeBudget);
+- the cycle's `clock` (each head call is its draft_head phase), the decoder's `sampling`
+  parameters and its draft `gen`erator (for policies that sample their drafts), and `draft` (the
+  head's forward: its draft vocabulary and size).
 """
 from __future__ import annotations
 
@@ -12,13 +20,14 @@ import torch
 
 from ..model.forward import DraftForward
 from ..model.llama import KVCache
+from ..model.tree_modes import TREE_TOPK
 from ..phases import PhaseClock
 from .sampling import SamplingParams
 from .tree_arrays import TreeArrays
 
 # How many of each drafted node's best children a draft call ranks as it runs (the q4_1 kernels
-# rank them in the same call): a policy asking for more ranks them with torch.
-DRAFT_TOPK = 16
+# rank them in the same call, up to their TREE_TOPK): a policy asking for more ranks them with torch.
+DRAFT_TOPK = TREE_TOPK
 
 
 class HeadRunner:

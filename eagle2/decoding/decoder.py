@@ -118,7 +118,10 @@ def prefill(bundle: Bundle, ids: list[int], cache: KVCache, clock: PhaseClock) -
 
 
 class Decoder:
-    def __init__(self, bundle: Bundle, policy="eagle2", sampling: SamplingParams | None = None,
+    """One prompt's decoding, cycle by cycle. `policy`: a registry name, a TreePolicy, or None (or
+    "plain") for plain decoding; no default here (registry.default_policy chooses one for a device)."""
+
+    def __init__(self, bundle: Bundle, policy, sampling: SamplingParams | None = None,
                  max_new_tokens: int = 128, record: bool = True, **policy_kw):
         self.b = bundle
         self._sync = syncer(bundle.device)   # before each clock reading (a GPU's work is asynchronous)

@@ -17,7 +17,7 @@ from ..errors import UserError, check
 from ..model.calibration import verify_profile
 from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
-from ..policies.registry import BASELINE, DEFAULT, PLAIN, check_policy, default_policy, is_plain, make_policy
+from ..policies.registry import BASELINE, PLAIN, check_policy, default_policy, is_plain, make_policy
 from .decoder import MAX_NEW_TOKENS, Decoder, prefill
 
 # Each decoder's role in the race, in the order of Race.decoders (a trace's series say which is which)
@@ -28,7 +28,7 @@ ROLES = ("main", "compare", PLAIN)
 class RaceSettings:
     """What a race runs: values only. `validate` checks them; the race builds its policies from
     them (`policy_for`) when it starts and when they change."""
-    policy: str = DEFAULT
+    policy: str = default_policy("cpu")   # RaceSettings.for_device: the default of the device in use
     compare: str = BASELINE
     total_tokens: int = 60
     depth: int = 5

@@ -64,6 +64,18 @@ struct QDraft {  // the EAGLE-3 draft head as one draft step runs it
     int32_t vocab, pad_;
 };
 
+// How many children of each drafted node a tree call ranks (tree_modes.TREE_TOPK): a policy's top_k
+// is at most this.
+constexpr int QT_TOPK = 16;
+// How a tree grows (QTreeIn.budget) and which N the auto budget verifies (QTreeIn.explore): the
+// numbers of tree_modes.TreeBudget and tree_modes.Explore, which qf_layout lists.
+enum TreeBudget : int32_t {
+    BUDGET_EAGLE2 = 0,  // every beam node, depth levels, the total_tokens - 1 best kept
+    BUDGET_AUTO = 1,    // the auto budget: width by rate each level, N by rate
+    BUDGET_AUTO_N = 2,  // N by rate only
+};
+enum Explore : int32_t { EXPLORE_BEST = 0, EXPLORE_DOUBLE = 1, EXPLORE_HALF = 2 };
+
 struct QTreeIn {  // one cycle's drafting (qf_draft_tree): the root's reading, the head's cache, the rule
     int64_t root;              // the root token
     const float* root_g;       // [D] the head's predicted feature at the root
@@ -74,10 +86,9 @@ struct QTreeIn {  // one cycle's drafting (qf_draft_tree): the root's reading, t
     int32_t cap, rope_rows;    // the head cache's slots, its RoPE tables' rows
     uint16_t *kc, *vc;         // the head's cache [KV, cap, hd] in fp16
     const float *cos, *sin;    // the head's RoPE tables [rope_rows, hd]
-    int32_t budget;            // 0: EAGLE-2 (every beam node, depth levels, the total_tokens-1 best kept);
-                               // 1: the auto budget (width by rate each level, N by rate); 2: N by rate only
+    int32_t budget;            // a TreeBudget
     int32_t explore_depth;     // the budget: one call at least below the root's children this cycle
-    int32_t explore;           // the budget: verify the best N (0), twice it (1) or half of it (2)
+    int32_t explore;           // an Explore: the budget verifies the best N, twice it or half of it
     int32_t max_width;         // prices has max_width + 1 entries
     double spent0;             // the cycle's seconds spent drafting before this call
     double call_guess;         // a call's price before any was measured
@@ -372,8 +383,9 @@ extern "C" {
 
 // ------------------------------------------------------------------ the checked boundary
 
-// The structs' sizes and field offsets, "name=value;..." (quantized.py compares its ctypes mirror
-// with them when it loads the library).
+// The structs' sizes and field offsets, and the constants the Python side shares (tree_modes.py,
+// quantized.TOPK_MAX), "name=value;..." (quantized.py compares its mirrors with them when it loads
+// the library).
 const char* qf_layout() {
     static const std::string s = [] {
         std::string o;
@@ -391,6 +403,10 @@ const char* qf_layout() {
         QF_AT(QTreeIn, spent0), QF_AT(QTreeIn, tn), QF_AT(QTreeIn, threads);
         QF_SIZE(QTreeOut), QF_AT(QTreeOut, tokens), QF_AT(QTreeOut, beam), QF_AT(QTreeOut, rank_count);
         QF_AT(QTreeOut, n), QF_AT(QTreeOut, expected);
+        add("const.TOPK_MAX", TOPK_MAX), add("const.QT_TOPK", QT_TOPK);
+        add("const.BUDGET_EAGLE2", BUDGET_EAGLE2), add("const.BUDGET_AUTO", BUDGET_AUTO);
+        add("const.BUDGET_AUTO_N", BUDGET_AUTO_N), add("const.EXPLORE_BEST", EXPLORE_BEST);
+        add("const.EXPLORE_DOUBLE", EXPLORE_DOUBLE), add("const.EXPLORE_HALF", EXPLORE_HALF);
 #undef QF_AT
 #undef QF_SIZE
         return o;
@@ -623,19 +639,15 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
     return 0;
 }
 
-// How many children of each drafted node a tree call ranks (drafting.DRAFT_TOPK): a policy's top_k
-// is at most this.
-#define QT_TOPK 16
-
 // One cycle's draft tree in one call (policies/eagle2.py's EAGLE-2 and policies/auto.py's budget,
 // the same decisions without Python between the draft calls). From the root's children (the head's
-// reading, given), level by level: the budget (budget 1) weighs each width w of the beam by the
+// reading, given), level by level: the budget (BUDGET_AUTO) weighs each width w of the beam by the
 // tree's best expected tokens per second once a call of that width is paid (its price learnt per
-// width in `prices`), EAGLE-2 (0) and the N-only budget (2) take the whole beam; qf_draft runs the
+// width in `prices`), EAGLE-2 (BUDGET_EAGLE2) and the N-only budget (BUDGET_AUTO_N) take the whole beam; qf_draft runs the
 // chosen beam nodes (each sees the committed context, its ancestors and itself), their top_k
 // children join the pool with path values, and the top_k best of the level are the next beam. Then
-// the N verified: the total_tokens best (0) or the rate's best N, twice or half of it when the
-// budget explores (1, 2); the rerank keeps the N-1 best nodes and the layout orders them for the
+// the N verified: the total_tokens best (EAGLE-2) or the rate's best N, twice or half of it when the
+// budget explores (EXPLORE_DOUBLE, EXPLORE_HALF); the rerank keeps the N-1 best nodes and the layout orders them for the
 // target. Returns 0; -3 when the arrays are too small or the arguments out of range, -4 for a head
 // size attention does not take (head_dim_ok), before any work; else what qf_draft returned.
 int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
@@ -695,7 +707,7 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
         if (width) prices.observe(width, t - level_t0);
         level_t0 = t, width = 0;
         const int nb = (int)beam.size();
-        if (in->budget != 1) return width = nb;
+        if (in->budget != BUDGET_AUTO) return width = nb;
         std::vector<double> beam_p(nb);
         for (int r = 0; r < nb; ++r) beam_p[r] = std::exp((double)beam_vals[r]);
         width = qt::best_width(pool_desc(), beam_p.data(), nb, in->rank_prob, k, t, prices, in->call_guess, in->tn,
@@ -757,13 +769,13 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     out->n = n, out->n_beams = n_beams, out->draft_calls = calls, out->head_s = head_s;
     int keep_n = in->total_tokens;
     out->best_n = keep_n, out->expected = 1.0;
-    if (in->budget) {  // AutoBudgetPolicy.keep: the N of the best rate (explored around)
+    if (in->budget != BUDGET_EAGLE2) {  // AutoBudgetPolicy.keep: the N of the best rate (explored around)
         const double t = now();
         if (width) prices.observe(width, t - level_t0);
         double rate;
         const int best_n = qt::best_rate(pool_desc(), t, in->tn, in->total_tokens, &rate);
-        keep_n = in->explore == 1 ? std::min({in->total_tokens, n, std::max(2, 2 * best_n)})
-                 : in->explore == 2 ? std::max(1, best_n / 2) : best_n;
+        keep_n = in->explore == EXPLORE_DOUBLE ? std::min({in->total_tokens, n, std::max(2, 2 * best_n)})
+                 : in->explore == EXPLORE_HALF ? std::max(1, best_n / 2) : best_n;
         out->best_n = best_n, out->expected = rate * (t + in->tn[best_n - 1]);
     }
     qt::rerank(n, out->values, out->depths, out->parents, keep_n, out->kept);

@@ -26,9 +26,13 @@ import torch
 from ..errors import UserError
 from . import native
 from .llama import KVCache, LlamaModel, rope_covering
+from .tree_modes import TREE_TOPK, Explore, TreeBudget
 
 QK = 32            # values per block
 TOPK_MAX = 1024    # the most candidates the kernels rank a row (qattention.h's TOPK_MAX)
+# the numbers qf_layout lists beside the structs, by its names: checked when the library loads
+SHARED_CONSTANTS = {"TOPK_MAX": TOPK_MAX, "QT_TOPK": TREE_TOPK,
+                    **{f"BUDGET_{m.name}": int(m) for m in TreeBudget}, **{f"EXPLORE_{e.name}": int(e) for e in Explore}}
 Q4_1, Q8_0 = 0, 1  # qforward.cpp's QMat.type
 SOURCE = Path(__file__).with_name("qforward.cpp")
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h", "qtree.h"))
@@ -308,10 +312,15 @@ _MIRRORED = {"QMat": _CMat, "QLayer": _CLayer, "QModel": _CModel, "QHead3": _CHe
 
 def layout_problem(lib: ctypes.CDLL) -> str | None:
     """Where the ctypes mirror above disagrees with the library's structs (qf_layout: sizes and
-    field offsets), or None."""
+    field offsets) or the Python side with its constants (SHARED_CONSTANTS), or None."""
     for item in lib.qf_layout().decode().strip(";").split(";"):
         name, value = item.split("=")
         struct, _, field = name.partition(".")
+        if struct == "const":   # a number both sides must agree on
+            mine = SHARED_CONSTANTS[field]
+            if mine != int(value):
+                return f"{field} is {value} in the library and {mine} in the Python side"
+            continue
         mirror = _MIRRORED[struct]
         mine = ctypes.sizeof(mirror) if not field else getattr(mirror, field).offset
         if mine != int(value):
@@ -688,9 +697,9 @@ class KernelDraft:
         """A whole cycle's draft tree in one call (qf_draft_tree: EAGLE-2's levels, the budget's
         choices, the rerank and the verification's layout) into `out` (tree_arrays). The root's
         reading: its feature `root_g` [D] and its best children `root_top` (log-probs, target ids),
-        best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data: mode (1
-        width and N, 2 N only), tn [total_tokens] and rank_prob [top_k] (float64), prices [w + 1]
-        (float64, NaN unseen: updated in place), spent0, call_guess, decay, explore_depth, explore.
+        best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data: mode (a
+        TreeBudget), tn [total_tokens] and rank_prob [top_k] (float64), prices [w + 1] (float64,
+        NaN unseen: updated in place), spent0, call_guess, decay, explore_depth, explore (an Explore).
         Returns the counts (n, n_beams, draft_calls, n_verify, best_n, expected) and head_s, the
         seconds its draft-head steps took."""
         cos, sin = self._rope
@@ -712,7 +721,8 @@ class KernelDraft:
         cin = _CTreeIn(root, g.data_ptr(), vals.data_ptr(), ids.data_ptr(), vals.numel(), top_k, depth, total_tokens,
                        cache.length, base_pos, cache.max_len, min(cos.shape[0], sin.shape[0]),
                        cache.k.data_ptr(), cache.v.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                       int(b.get("mode", 0)), int(b.get("explore_depth", 0)), int(b.get("explore", 0)),
+                       int(b.get("mode", TreeBudget.EAGLE2)), int(b.get("explore_depth", 0)),
+                       int(b.get("explore", Explore.BEST)),
                        len(prices) - 1, float(b.get("spent0", 0.0)), float(b.get("call_guess", 0.0)),
                        float(b.get("decay", 0.0)), tn.ctypes.data, ranks.ctypes.data, prices.ctypes.data,
                        torch.get_num_threads(), 0)

@@ -28,6 +28,7 @@ from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from ..model.measurer import request_measurement
 from ..model.priors import prior_times
+from ..model.tree_modes import Explore, TreeBudget
 from ..model.verify_times import LiveVerifyTimes
 from ..phases import PhaseClock
 from .eagle2 import Eagle2Policy
@@ -104,7 +105,7 @@ class BudgetCycle:
     call_guess: float            # a call's price before any was measured: what the root's reading took
     rank_prob: np.ndarray        # [top_k] a child's predicted draft probability by rank
     explore_depth: bool          # one call at least below the root's children this cycle
-    explore: int                 # verify the best N (0), twice it (1) or half of it (2)
+    explore: Explore             # verify the best N, twice it or half of it
     width: int = 0               # the width of the call in flight (0: none)
     level_t0: float = 0.0        # when it was chosen
 
@@ -171,10 +172,10 @@ class AutoBudgetPolicy(Eagle2Policy):
         if self.learn_costs:
             self.times.observe(n_verified, verify_s)
 
-    def native_budget(self) -> int | None:
+    def native_budget(self) -> TreeBudget | None:
         if type(self) not in (AutoBudgetPolicy, AutoBudgetNPolicy):
             return None
-        return 1 if self.adaptive_depth else 2
+        return TreeBudget.AUTO if self.adaptive_depth else TreeBudget.AUTO_N
 
     @staticmethod
     def _pool_values(tree: DraftTree) -> np.ndarray:
@@ -192,7 +193,8 @@ class AutoBudgetPolicy(Eagle2Policy):
             root_top = np.exp(runner.topk(runner.root_logp, self.top_k)[0].double().cpu().numpy())
             ranks = np.pad(root_top, (0, self.top_k - len(root_top)))
         k = self.stats["cycles"] % EXPLORE_EVERY
-        explore = 0 if not self.learn_costs else 1 if k == 1 else 2 if k == 1 + EXPLORE_EVERY // 2 else 0
+        explore = (Explore.BEST if not self.learn_costs else Explore.DOUBLE if k == 1
+                   else Explore.HALF if k == 1 + EXPLORE_EVERY // 2 else Explore.BEST)
         return BudgetCycle(clock=clock, t0=t0, tn=self.times.table(self.total_tokens), call_guess=runner.root_seconds,
                            rank_prob=ranks, explore_depth=self.learn_costs and k == EXPLORE_EVERY // 4,
                            explore=explore)
@@ -245,12 +247,12 @@ class AutoBudgetPolicy(Eagle2Policy):
                                   r["n_verify"], r["best_n"], r["expected"], tree.draft_calls)
         return tree
 
-    def _explore(self, best_n: int, pool: int, explore: int) -> int:
+    def _explore(self, best_n: int, pool: int, explore: Explore) -> int:
         """The N to verify this cycle: the best one, except every EXPLORE_EVERY cycles twice it
         (and, half-way between, half of it), to re-measure sizes the budget would not choose."""
-        if explore == 1:
+        if explore == Explore.DOUBLE:
             return min(self.total_tokens, pool, max(2, 2 * best_n))
-        if explore == 2:
+        if explore == Explore.HALF:
             return max(1, best_n // 2)
         return best_n
 

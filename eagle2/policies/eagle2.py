@@ -11,6 +11,7 @@ import torch
 from ..cycle.drafting import DRAFT_TOPK, HeadRunner
 from ..cycle.tree import DraftTree, TreeRecord, log_mass
 from ..cycle.tree_arrays import TreeArrays
+from ..model.tree_modes import TreeBudget
 from .base import TreeBuilder, TreePolicy, check_int
 
 
@@ -47,10 +48,10 @@ class Eagle2Policy(TreePolicy):
         """The policy's typed record for a new tree (variants that log their decisions)."""
         return None
 
-    def native_budget(self) -> int | None:
+    def native_budget(self) -> TreeBudget | None:
         """How the kernels' one-call drafting runs this policy (quantized.KernelDraft.draft_tree's
-        budget: 0 EAGLE-2 as it is), or None where only this file's loop does (a variant's hooks)."""
-        return 0 if type(self) is Eagle2Policy else None
+        budget: EAGLE-2 as it is), or None where only this file's loop does (a variant's hooks)."""
+        return TreeBudget.EAGLE2 if type(self) is Eagle2Policy else None
 
     def draft(self, runner: HeadRunner, root: int) -> DraftTree | TreeArrays:
         """The tree, in one call of the kernels where the draft head runs there and this policy's

@@ -34,7 +34,7 @@ REGISTRY: dict[str, tuple[type[TreePolicy], str]] = {c.name: (c, d) for c, d in 
                     "index (minutes on a CPU)."),
 )}
 
-DEFAULT = Eagle2Policy.name               # what the page and `generate` run unless told otherwise
+EAGLE2 = Eagle2Policy.name                # EAGLE-2's dynamic tree: the default on a GPU (default_policy)
 BASELINE = StaticPolicy.name              # the static-tree baseline (EAGLE-1) the page races against
 HARDWARE_AWARE = AutoBudgetPolicy.name    # suggested where a fixed tree costs more than it returns
 
@@ -48,10 +48,11 @@ def is_plain(name) -> bool:
 
 
 def default_policy(device) -> str:
-    """The policy that pays on this kind of device: on a CPU only small trees pay (verifying 60
+    """The default policy, the one place it is chosen (the page, `generate`, the race, the shipped
+    traces): the one that pays on this kind of device. On a CPU only small trees pay (verifying 60
     tokens costs several times one token), so the hardware-aware budget; on a GPU, where 60
     tokens cost about what one does, EAGLE-2 at its paper's (60, 5, 10)."""
-    return DEFAULT if is_cuda(device) else HARDWARE_AWARE
+    return EAGLE2 if is_cuda(device) else HARDWARE_AWARE
 
 
 def uses_costs(name) -> bool:

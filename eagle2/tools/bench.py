@@ -33,7 +33,7 @@ from ..model.stopwatch import syncer
 from ..model.verify_times import RECORD_KEY
 from ..phases import FORWARDS, PHASES, key as phase_key
 from ..devices import is_cuda
-from ..policies.registry import DEFAULT, PLAIN, cli_kwargs, is_plain
+from ..policies.registry import EAGLE2, PLAIN, cli_kwargs, is_plain
 from .flags import (add_cost_args, add_model_args, add_policy_args, add_sampling_args, add_tree_args, apply_threads,
                     costs_first, recalibrate, sampling_from)
 from ..machine import cpu_info, describe_cpu
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", required=True)
     ap.add_argument("--sweep", action="store_true", help="grid over N x depth x top_k of --sweep-policy")
-    ap.add_argument("--sweep-policy", default=DEFAULT, help="the tree policy the sweep varies (default %(default)s)")
+    ap.add_argument("--sweep-policy", default=EAGLE2, help="the tree policy the sweep varies (default %(default)s)")
     ap.add_argument("--sweep-total-tokens", default="8,16,24,32,48,60")
     ap.add_argument("--sweep-depth", default="3,5,7")
     ap.add_argument("--sweep-top-k", default="4,8,10")

@@ -10,7 +10,7 @@ not required to equal them (float sums in another order can break a near-tie).
 """
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from pathlib import Path
 
@@ -116,8 +116,7 @@ def peer_gguf(target: str, kind: str) -> Path:
         return src
     out = cache_dir() / "gguf" / f"{src.stem}.f32.gguf"
     if not out.exists():
-        print(f"eagle2: writing {out.name}, {src.name} with every tensor F32 (once)...",
-              file=sys.stderr, flush=True)
+        logging.getLogger(__name__).info(f"writing {out.name}, {src.name} with every tensor F32 (once)...")
         dequantize_gguf(src, out)
     return out
 

@@ -26,7 +26,7 @@ from ..machine import cpu_info
 from ..model.loading import load_bundle
 from ..model.weights import PRESETS, sha256_of
 from ..cycle.sampling import SamplingParams
-from ..policies.registry import BASELINE, DEFAULT
+from ..policies.registry import BASELINE, EAGLE2
 from .bench import run_one
 from .flags import add_model_args, apply_threads
 from .prompt_files import HELDOUT, read_prompts
@@ -48,7 +48,7 @@ def parse_trees(spec: str) -> list[tuple[str, str, dict]]:
         if not m:
             raise UserError(f"--trees: {part!r} is neither {BASELINE!r} nor NxDEPTHxTOPK (e.g. 60x5x10).")
         n, d, k = map(int, m.groups())
-        out.append((f"{DEFAULT} ({n},{d},{k})", DEFAULT, {"total_tokens": n, "depth": d, "top_k": k}))
+        out.append((f"{EAGLE2} ({n},{d},{k})", EAGLE2, {"total_tokens": n, "depth": d, "top_k": k}))
     check(len(out) > 0, "--trees names no tree.")
     return out
 
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompts", default=str(HELDOUT),
                     help="MT-bench format jsonl (default: the 60 held-out)")
     ap.add_argument("--trees", default=f"60x5x10,16x5x10,{BASELINE}",
-                    help=f"comma list of NxDEPTHxTOPK (the {DEFAULT} tree) or {BASELINE}")
+                    help=f"comma list of NxDEPTHxTOPK (the {EAGLE2} tree) or {BASELINE}")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="per turn")
     ap.add_argument("--out", required=True)
     return ap
