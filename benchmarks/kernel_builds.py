@@ -5,7 +5,7 @@ from pathlib import Path
 
 def this_and_other(other: Path):
     """(this checkout's q4_1 bundle, one on OTHER's kernel sources)."""
-    from eagle2.model import quantized as Q
+    from eagle2.model import qlib as Q   # where the library is built from
     from eagle2.model.loading import load_bundle
     a = load_bundle(dtype="q4_1")
     src = Path(other) / "eagle2" / "model"

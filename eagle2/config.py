@@ -45,7 +45,7 @@ class Config:
     max_sessions: int = 64
     session_idle_s: float = 900.0
     chromium: str = "/usr/bin/chromium"
-    q4_kernels: str | None = None    # None: the CPU's best (quantized.library)
+    q4_kernels: str | None = None    # None: the CPU's best (qlib.library)
     zero_gpu: bool = False           # a ZeroGPU Space's main process (SPACES_ZERO_GPU)
 
     @classmethod

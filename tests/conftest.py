@@ -127,7 +127,7 @@ def share_kernel_build(cache: _Path) -> None:
     """The q4_1 kernels' build folder in `cache` a link to the session's own: built once a session
     (about 5 s each time), not once for every test that loads the kernels into an empty cache. Only
     that library: a test building another (test_cache_tidy) builds it in its own folder."""
-    from eagle2.model.quantized import NAME
+    from eagle2.model.qlib import NAME
     shared = _Path(_AT_START["session_cache"]) / "native" / NAME
     shared.mkdir(parents=True, exist_ok=True)
     (cache / "native").mkdir(exist_ok=True)

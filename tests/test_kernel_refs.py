@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from eagle2.model import quantized as Q
+from eagle2.model import qlib
 
-pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
+pytestmark = pytest.mark.skipif(qlib.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
 
 EPS = 1e-5
 
@@ -28,7 +28,7 @@ EPS = 1e-5
 @pytest.fixture(scope="module")
 def lib():
     """The kernels' library alone (no model): built once into the session's cache."""
-    built = Q.library()
+    built = qlib.library()
     assert built is not None, "the q4_1 kernels did not build"
     return built
 
@@ -174,7 +174,7 @@ def test_top_k_equals_its_reference_and_torch_topk(lib, n):
     g = torch.Generator().manual_seed(n)
     x = torch.randperm(4 * n, generator=g)[:n].float() / 7 - 50  # distinct
     ids = torch.randperm(10 * n, generator=g)[:n]
-    for k in sorted(k for k in {1, 3, 16, n, n + 2} if k <= Q.TOPK_MAX):
+    for k in sorted(k for k in {1, 3, 16, n, n + 2} if k <= qlib.TOPK_MAX):
         for mapping in (None, ids):
             kern, ref = _kernel_and_reference(lambda r: top_k(lib, x, k, mapping, r))
             assert same_bits(kern[0], ref[0]) and torch.equal(kern[1], ref[1]), f"n={n}, k={k}"
@@ -197,13 +197,13 @@ def test_top_k_ties_go_to_the_lower_index(lib):
 
 def test_top_k_refuses_a_k_outside_its_buffer(lib):
     x = torch.randn(2000)
-    vals, out = torch.empty(Q.TOPK_MAX + 1), torch.empty(Q.TOPK_MAX + 1, dtype=torch.int64)
+    vals, out = torch.empty(qlib.TOPK_MAX + 1), torch.empty(qlib.TOPK_MAX + 1, dtype=torch.int64)
     for ref in (0, 1):
-        for k in (-1, Q.TOPK_MAX + 1):
+        for k in (-1, qlib.TOPK_MAX + 1):
             assert lib.qf_top_k(x.data_ptr(), 2000, k, None, vals.data_ptr(), out.data_ptr(), ref) == -3
         assert lib.qf_top_k(x.data_ptr(), 2000, 0, None, vals.data_ptr(), out.data_ptr(), ref) == 0
-    kern, ref = _kernel_and_reference(lambda r: top_k(lib, x, Q.TOPK_MAX, None, r))
-    assert torch.equal(kern[1], ref[1]) and torch.equal(ref[1], torch.topk(x, Q.TOPK_MAX).indices)
+    kern, ref = _kernel_and_reference(lambda r: top_k(lib, x, qlib.TOPK_MAX, None, r))
+    assert torch.equal(kern[1], ref[1]) and torch.equal(ref[1], torch.topk(x, qlib.TOPK_MAX).indices)
 
 
 # ------------------------------------------------------------------ attention
@@ -250,7 +250,7 @@ def test_attention_equals_its_reference_on_both_paths_and_float64(lib, hd, share
     cap = shared + 48
     kc, vc = torch.randn(cap, hd, generator=g).half(), torch.randn(cap, hd, generator=g).half()
     scale = hd ** -0.5
-    best, isas = lib.qf_isa(), [i for i in Q.ISAS if lib.qf_supports(i)]
+    best, isas = lib.qf_isa(), [i for i in qlib.ISAS if lib.qf_supports(i)]
     try:
         for sharp in (1.0, 30.0):
             for nq in (1, 2, 3, 4, 9):
@@ -264,7 +264,7 @@ def test_attention_equals_its_reference_on_both_paths_and_float64(lib, hd, share
                 for isa in isas:
                     lib.qf_set_isa(isa)
                     rc, kern = attend(lib, q, kc, vc, lists, shared, scale, 0)
-                    assert rc == 0 and same_bits(kern, ref), f"{Q.ISAS[isa]} hd={hd} shared={shared} nq={nq} sharp={sharp}"
+                    assert rc == 0 and same_bits(kern, ref), f"{qlib.ISAS[isa]} hd={hd} shared={shared} nq={nq} sharp={sharp}"
                     if nq > 1:  # the first query alone takes the other path, or the same one without company
                         _, alone = attend(lib, q[:1].contiguous(), kc, vc, lists[:1], shared, scale, 0)
                         assert same_bits(alone[0], ref[0])

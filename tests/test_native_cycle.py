@@ -22,13 +22,14 @@ from eagle2.cycle.sampling import SamplingParams
 from eagle2.cycle.tree_arrays import TreeArrays
 from eagle2.decoding.decoder import Decoder
 from eagle2.model import quantized as Q
+from eagle2.model import qlib
 from eagle2.model.llama import KVCache
 from eagle2.model.loading import load_bundle
 from eagle2.model.verify_times import LiveVerifyTimes
 from eagle2.policies.auto import WIDTHS, AutoBudgetNPolicy, CallPrices, best_rates
 from lossless_cases import greedy_tokens
 
-pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
+pytestmark = pytest.mark.skipif(qlib.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
 
 PROMPTS = ([1, 2, 3], [5, 4], [9, 9, 9, 1], [7, 30, 2, 2, 11])
 

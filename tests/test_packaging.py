@@ -107,13 +107,13 @@ FOUND_INSTALLED = """
 import sys
 from pathlib import Path
 import eagle2, eagle2_train.train, ui.traces
-from eagle2.model import quantized
+from eagle2.model import qlib
 from eagle2.model.weights import ASSETS, PRESETS
 from eagle2.tools.tau import build_parser as tau_parser
 site = Path(sys.argv[1]).resolve()
 train = eagle2_train.train.build_parser().parse_args(["--out", "run"])
 files = [Path(eagle2.__file__), ASSETS, Path(PRESETS["smollm2-135m"].head) / "model.safetensors",
-         quantized.SOURCE, *quantized.HEADERS,
+         qlib.SOURCE, *qlib.HEADERS,
          ui.traces.EXAMPLES_FILE, Path(tau_parser().parse_args(["--out", "o"]).prompts), Path(train.heldout),
          *ui.traces.shipped_traces().values(), *map(Path, train.prompts.split(","))]
 outside = [str(f) for f in files if not f.exists() or not f.resolve().is_relative_to(site)]

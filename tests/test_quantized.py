@@ -24,10 +24,13 @@ from eagle2.cycle.sampling import SamplingParams
 from eagle2.decoding.decoder import Decoder
 from eagle2.errors import UserError
 from eagle2.model import quantized as Q
+from eagle2.model import qblocks
+from eagle2.model import qbuild
+from eagle2.model import qlib
 from eagle2.model.loading import load_bundle
 from lossless_cases import greedy_tokens
 
-pytestmark = pytest.mark.skipif(Q.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
+pytestmark = pytest.mark.skipif(qlib.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
 
 
 
@@ -56,7 +59,7 @@ def _has(flag: str) -> bool:
 # ------------------------------------------------------------------ 1. blocks and kernels
 def test_ggml_blocks_round_trip_within_a_step():
     w = torch.randn(24, 96) * 0.2
-    q4, q8 = Q.quantise_q4_1(w), Q.quantise_q8_0(w)
+    q4, q8 = qblocks.quantise_q4_1(w), qblocks.quantise_q8_0(w)
     step4 = (q4.d.repeat_interleave(32, 1))
     assert ((q4.dequantised() - w).abs() <= 0.5 * step4 + 2e-3 * w.abs().max()).all()
     assert ((q8.dequantised() - w).abs() <= 0.5 * q8.d.repeat_interleave(32, 1) + 1e-3 * w.abs().max()).all()
@@ -68,9 +71,9 @@ def test_ggml_blocks_round_trip_within_a_step():
 def test_the_kernels_multiply_by_the_blocks_values(tiny_q4, kind, n):
     lib = tiny_q4.forward.lib
     w = torch.randn(n, 64) * 0.3
-    m = Q.quantise_q4_1(w) if kind == "q4_1" else Q.quantise_q8_0(w)
+    m = qblocks.quantise_q4_1(w) if kind == "q4_1" else qblocks.quantise_q8_0(w)
     keep: list = []
-    cm = Q._cmat(m, keep)
+    cm = qlib.cmat_of(m, keep)
     x = torch.randn(7, 64)
     y = _matmul(lib, cm, x, n)
     ref = x @ m.dequantised().T
@@ -78,7 +81,7 @@ def test_the_kernels_multiply_by_the_blocks_values(tiny_q4, kind, n):
 
 
 def _isas(lib) -> list[int]:
-    return [i for i in Q.ISAS if lib.qf_supports(i)]
+    return [i for i in qlib.ISAS if lib.qf_supports(i)]
 
 
 def _reference(lib, cmat, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -96,9 +99,9 @@ def test_every_instruction_set_equals_the_scalar_reference_bit_for_bit(tiny_q4, 
     g = torch.Generator().manual_seed(n)
     w = torch.randn(n, 96, generator=g)
     keep: list = []
-    q4 = Q.quantise_q4_1(w)
+    q4 = qblocks.quantise_q4_1(w)
     q4.bias = torch.randn(n, generator=g)
-    mats = [Q._cmat(q4, keep), Q._cmat(Q.quantise_q8_0(w), keep)]
+    mats = [qlib.cmat_of(q4, keep), qlib.cmat_of(qblocks.quantise_q8_0(w), keep)]
     try:
         for rows in (1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 19):
             x = torch.randn(rows, 96, generator=g) * 3
@@ -109,7 +112,7 @@ def test_every_instruction_set_equals_the_scalar_reference_bit_for_bit(tiny_q4, 
                     for c, ref in zip(mats, refs):
                         y = torch.empty(rows, n)
                         lib.qf_matmul(ctypes.byref(c), x.data_ptr(), rows, y.data_ptr(), threads)
-                        assert torch.equal(y, ref), f"{Q.ISAS[i]}, {rows} rows, {threads} threads"
+                        assert torch.equal(y, ref), f"{qlib.ISAS[i]}, {rows} rows, {threads} threads"
     finally:
         lib.qf_set_isa(best)
 
@@ -135,7 +138,7 @@ def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
                     T = len(extra)
                     _, logits = target.verify(c, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
                                               torch.ones(T, T, dtype=torch.bool).tril())
-                    out[(Q.ISAS[i], threads)] = logits
+                    out[(qlib.ISAS[i], threads)] = logits
     finally:
         lib.qf_set_isa(best)
     return out
@@ -163,18 +166,18 @@ def test_a_forward_is_the_same_bits_on_every_path_and_thread_count_tiny(tiny_q4)
 
 
 def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkeypatch):
-    """quantized.py's ctypes mirror against the library's own sizes and offsets: a field out of place
+    """qlib.py's ctypes mirror against the library's own sizes and offsets: a field out of place
     is one clear line at load, not a wrong read later."""
     lib = tiny_q4.forward.lib
-    assert Q.layout_problem(lib) is None
+    assert qlib.layout_problem(lib) is None
 
     class Shifted(ctypes.Structure):  # one field too many in front: every offset moves
-        _fields_ = [("extra", ctypes.c_int64)] + Q._CMat._fields_
-    monkeypatch.setitem(Q._MIRRORED, "QMat", Shifted)
-    problem = Q.layout_problem(lib)
-    assert problem == "QMat is 32 in the library and 40 in quantized.py"
-    with pytest.raises(RuntimeError, match="does not match quantized.py: QMat"):
-        Q.declare(lib)
+        _fields_ = [("extra", ctypes.c_int64)] + qlib.CMat._fields_
+    monkeypatch.setitem(qlib.MIRRORED, "QMat", Shifted)
+    problem = qlib.layout_problem(lib)
+    assert problem == "QMat is 32 in the library and 40 in qlib.py"
+    with pytest.raises(RuntimeError, match="does not match qlib.py: QMat"):
+        qlib.declare(lib)
 
 
 def test_the_library_checks_the_numbers_both_sides_share(tiny_q4, monkeypatch):
@@ -184,10 +187,10 @@ def test_the_library_checks_the_numbers_both_sides_share(tiny_q4, monkeypatch):
     lib = tiny_q4.forward.lib
     listed = {n.removeprefix("const."): int(v) for n, v in (i.split("=") for i in lib.qf_layout().decode().strip(";").split(";"))
               if n.startswith("const.")}
-    assert listed == Q.SHARED_CONSTANTS and listed["BUDGET_AUTO"] == TreeBudget.AUTO == 1
+    assert listed == qlib.SHARED_CONSTANTS and listed["BUDGET_AUTO"] == TreeBudget.AUTO == 1
     assert listed["EXPLORE_HALF"] == Explore.HALF and listed["QT_TOPK"] == 16
-    monkeypatch.setitem(Q.SHARED_CONSTANTS, "QT_TOPK", 32)
-    assert Q.layout_problem(lib) == "QT_TOPK is 16 in the library and 32 in the Python side"
+    monkeypatch.setitem(qlib.SHARED_CONSTANTS, "QT_TOPK", 32)
+    assert qlib.layout_problem(lib) == "QT_TOPK is 16 in the library and 32 in the Python side"
 
 
 # ------------------------------------------------------------------ 2. row invariance
@@ -277,7 +280,7 @@ def test_a_long_prefill_is_the_same_bits_as_its_rows_one_at_a_time_tiny(tiny_q4)
             for threads in (1, 2):
                 with _threads(threads):
                     (fa, la), (fb, lb), (c1, c2) = _prefill_against_one_at_a_time(tiny_q4.forward, prompt, 3)
-                    where = f"{Q.ISAS[i]}, {threads} threads"
+                    where = f"{qlib.ISAS[i]}, {threads} threads"
                     assert torch.equal(fa, fb) and torch.equal(la, lb), where
                     n = len(prompt)
                     assert torch.equal(c1.k[..., :n, :], c2.k[..., :n, :]), where
@@ -343,7 +346,7 @@ def test_the_embedded_blocks_are_the_ggufs_own(real_q4, real_bundle, real_model_
     from eagle2.model.weights import embedded_gguf, embedded_key
     monkeypatch.setenv("EAGLE2_CACHE", str(real_model_cache))
     f = real_bundle.target
-    layers, lm, embed = Q._gguf_blocks(embedded_gguf(embedded_key("smollm2-135m")), f.args)
+    layers, lm, embed = qbuild._gguf_blocks(embedded_gguf(embedded_key("smollm2-135m")), f.args)
     assert embed is None  # tied: the LM head's blocks are the embedding
     for i in (0, 17, 29):
         att, mlp = f.layers[i].self_attn, f.layers[i].mlp
@@ -351,7 +354,7 @@ def test_the_embedded_blocks_are_the_ggufs_own(real_q4, real_bundle, real_model_
                           ("gate", mlp.gate_proj), ("down", mlp.down_proj)):
             assert torch.equal(layers[i][name].dequantised(), lin.weight), f"layer {i} {name}"
     assert torch.equal(lm.dequantised(), f.lm_head.weight)
-    norms, final = Q._gguf_norms(embedded_gguf(embedded_key("smollm2-135m")), f.args)
+    norms, final = qbuild._gguf_norms(embedded_gguf(embedded_key("smollm2-135m")), f.args)
     for i in (0, 17, 29):   # the norms the q4_1 backend reads from the GGUF: the fp32 model's
         assert torch.equal(norms[i][0], f.layers[i].input_layernorm.weight)
         assert torch.equal(norms[i][1], f.layers[i].post_attention_layernorm.weight)
@@ -423,12 +426,12 @@ def test_a_gguf_type_the_kernels_do_not_read_names_the_tensor(tmp_path, tiny_tar
     from eagle2.model.head import EagleHead
     args = load_target(folder, torch.device("cpu"), torch.float32).args
     with pytest.raises(UserError, match=r"blk\.0\.attn_q\.weight is F16.*--dtype float32"):
-        Q.gguf_backends(args, tmp_path / "m.gguf", EagleHead(args), None)
+        qbuild.gguf_backends(args, tmp_path / "m.gguf", EagleHead(args), None)
 
 
 def test_without_avx2_the_fp32_forward_runs_and_a_line_says_why(tiny_target, monkeypatch, caplog):
     folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
-    monkeypatch.setattr(Q, "cpu_problem", lambda: "this CPU has no AVX2 (torch reports DEFAULT)")
+    monkeypatch.setattr(qlib, "cpu_problem", lambda: "this CPU has no AVX2 (torch reports DEFAULT)")
     b = load_bundle(str(folder), "random", dtype="q4_1")
     assert b.precision == "float32" and not isinstance(b.forward, Q.KernelTarget) and b.target is not None
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("eagle2.")]
@@ -505,9 +508,9 @@ def test_the_embedding_is_read_from_the_blocks(tiny_q4, tiny_target):
     folder, _ = tiny_target("q4", vocab=97, hidden=64, layers=2, heads=4, kv_heads=2, inter=128, weight_std=0.3)
     model = load_target(folder, torch.device("cpu"), torch.float32)
     table = model.embed_tokens.weight if not model.args.tie_embeddings else model.lm_head.weight
-    assert torch.equal(tiny_q4.forward.embedding(), Q.quantise_q8_0(table).dequantised())
+    assert torch.equal(tiny_q4.forward.embedding(), qblocks.quantise_q8_0(table).dequantised())
     with pytest.raises(IndexError):
-        Q.rows_of(tiny_q4.forward.lib, tiny_q4.forward.c_embed, torch.tensor([97]))
+        qlib.rows_of(tiny_q4.forward.lib, tiny_q4.forward.c_embed, torch.tensor([97]))
 
 
 def test_eagle2_q4_kernels_picks_a_slower_cpus_path_or_says_why(tiny_q4, monkeypatch):
@@ -518,11 +521,11 @@ def test_eagle2_q4_kernels_picks_a_slower_cpus_path_or_says_why(tiny_q4, monkeyp
     warned = []
     try:
         monkeypatch.setenv("EAGLE2_Q4_KERNELS", "avx2")
-        Q._force_kernels(lib, warned.append)
+        qlib._force_kernels(lib, warned.append)
         assert tiny_q4.forward.isa == "AVX2" and not warned
         lib.qf_set_isa(best)
         monkeypatch.setenv("EAGLE2_Q4_KERNELS", "sse9")
-        Q._force_kernels(lib, warned.append)
+        qlib._force_kernels(lib, warned.append)
         assert lib.qf_isa() == best and len(warned) == 1 and "EAGLE2_Q4_KERNELS=sse9 ignored" in warned[0]
     finally:
         lib.qf_set_isa(best)
@@ -549,21 +552,22 @@ def test_the_kernels_refuse_what_they_would_misread(tiny_q4):
     with pytest.raises(ValueError, match="tree mask"):
         f.verify(f.new_cache(16), toks, pos, torch.ones(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"\[rows, 64\]"):
-        Q.matmul(f.lib, f._c_model.lm_head, torch.zeros(2, 63))
+        qlib.matmul(f.lib, f._c_model.lm_head, torch.zeros(2, 63))
 
 
 @pytest.mark.parametrize("hidden, heads", [(96, 8), (256, 1)])
 def test_a_head_size_attention_does_not_take_is_refused_by_the_kernels_too(tiny_target, tmp_path, monkeypatch,
                                                                            hidden, heads):
     """Attention's lanes are fixed per head size, multiples of 8 up to 128: a head of 12 was read as
-    one of 8, one of 256 left the output unwritten. quantized.py refuses such a model at load; with
+    one of 8, one of 256 left the output unwritten. qbuild.py refuses such a model at load; with
     that check out of the way, the calls that reach attention (the forward, the draft step, the
     draft tree) refuse it themselves, before any work, and each says so in one line."""
     from test_serving import random_eagle3_head
     hd = hidden // heads
     folder, _ = tiny_target(f"q4-hd{hd}", hidden=hidden, heads=heads, kv_heads=max(1, heads // 2), layers=4)
     head = random_eagle3_head(folder, tmp_path / "head")
-    monkeypatch.setattr(Q, "shape_problem", lambda a: None)
+    for where in (qbuild, Q):   # the builder and the backends each ask it
+        monkeypatch.setattr(where, "shape_problem", lambda a: None)
     b = load_bundle(str(folder), head, dtype="q4_1")
     f, d = b.forward, b.draft
     assert isinstance(f, Q.KernelTarget) and isinstance(d, Q.KernelDraft) and f.args.head_dim == hd

@@ -218,7 +218,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
     key = embedded_key(target)
     kernels = None
     if q4 and key is not None:   # the embedded model in its own precision: its GGUF's blocks, no fp32 model
-        from .quantized import gguf_backends
+        from .qbuild import gguf_backends
         from .weights import embedded_gguf
         kernels = gguf_backends(args, embedded_gguf(key), h, own, log=log.warning)
     model = None
@@ -229,7 +229,7 @@ def load_bundle(target: str | None = None, head: str | None = None, device: str 
         h.attach(model.lm_head.weight, None if own is None else own.to(dev, dt))
         model.aux_layers = h.aux_layers  # an EAGLE-3 head reads these layers' states
         if q4 and key is None:   # another model in q4_1: quantised from its fp32 weights
-            from .quantized import kernel_backends
+            from .qbuild import kernel_backends
             kernels = kernel_backends(model, h, log=log.warning)
     if q4 and kernels is None:
         log.warning("--dtype q4_1 is not available here (the line above says why); running float32.")

@@ -3,7 +3,7 @@
 //
 // Weights stay in the GGUF's blocks of 32 values along K: Q4_1 (value = d * q + m, q in 0..15) for
 // the layers' matrices, Q8_0 (value = d * q, q in -127..127) for the LM heads and the draft head.
-// They are repacked once (quantized.py `QMatrix.packed`) in groups of 16 outputs, each group's
+// They are repacked once (qblocks.py `QMatrix.packed`) in groups of 16 outputs, each group's
 // blocks in order, each block one contiguous record:
 //   Q4_1, 320 bytes: 4 chunks of 64 bytes (output c's 4 bytes at 4c: low nibbles values 4i..4i+3,
 //         high nibbles values 16+4i..16+4i+3 of chunk i), then 16 fp16 scales d, 16 fp16 offsets m;
@@ -56,7 +56,7 @@ inline const uint16_t* scales_at(const QMat& w, const uint8_t* blk) {
 }
 
 // Row r of a packed matrix as the floats its blocks hold: d * q (+ m for Q4_1), each one IEEE
-// multiply (and add) as quantized.QMatrix.dequantised computes them. The embedding lookup reads
+// multiply (and add) as qblocks.QMatrix.dequantised computes them. The embedding lookup reads
 // the token embedding's blocks through it, so the backend keeps no fp32 copy of the table.
 inline void dequantise_row(const QMat& w, int r, float* out) {
     const int g = r / GROUP, c = r % GROUP, nb = w.K / QK;

@@ -1,5 +1,6 @@
 // The target's forward in the GGUF's own precision, and the EAGLE-3 draft head's layer beside it
-// (eagle2/model/quantized.py drives both through ctypes, which lets go of the GIL).
+// (eagle2/model/quantized.py drives both through ctypes, which lets go of the GIL; qlib.py builds the
+// library and mirrors its structs).
 //
 // qblocks.h holds the weights' blocks and the activations' int8 rows, qmatmul.h the integer
 // kernels (one per instruction set, chosen once), qattention.h the float parts (each beside its
@@ -126,7 +127,7 @@ using namespace qf;
 
 // ------------------------------------------------------------------ where a call's time goes
 
-// What `profile` splits a forward into (quantized.py names them in this order).
+// What `profile` splits a forward into (qlib.OPS names them in this order).
 enum Op { OP_QKV, OP_O, OP_GATE_UP, OP_DOWN, OP_LM_HEAD, OP_ATTENTION, OP_QUANTISE, OP_FLOAT, OP_WAIT, N_OPS };
 
 // One thread's seconds per op, when the caller asks (acc non-null); otherwise nothing is read.
@@ -384,7 +385,7 @@ extern "C" {
 // ------------------------------------------------------------------ the checked boundary
 
 // The structs' sizes and field offsets, and the constants the Python side shares (tree_modes.py,
-// quantized.TOPK_MAX), "name=value;..." (quantized.py compares its mirrors with them when it loads
+// qlib.TOPK_MAX), "name=value;..." (qlib.py compares its mirrors with them when it loads
 // the library).
 const char* qf_layout() {
     static const std::string s = [] {

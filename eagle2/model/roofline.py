@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from .quantized import ISAS, OPS, KernelTarget
+from .qlib import ISAS, OPS
+from .quantized import KernelTarget
 from .stopwatch import prefilled_cache
 
 MATMULS = {"qkv": ("q", "k", "v"), "o": ("o",), "gate_up": ("gate", "up"), "down": ("down",)}

@@ -1,7 +1,7 @@
 """What the kernels' one-call drafting (qforward.cpp's qf_draft_tree) is asked for: how it grows a
 tree, which N it verifies, and how many children a call ranks. qforward.cpp declares the same
 numbers (its TreeBudget and Explore enums, QT_TOPK), and the library lists them in qf_layout, which
-quantized.py compares with these when it loads the library. Torch-free."""
+qlib.py compares with these when it loads the library. Torch-free."""
 from __future__ import annotations
 
 from enum import IntEnum
