@@ -21,7 +21,8 @@ TOPK_MAX = 1024    # the most candidates the kernels rank a row (qattention.h's 
 SHARED_CONSTANTS = {"TOPK_MAX": TOPK_MAX, "QT_TOPK": TREE_TOPK,
                     **{f"BUDGET_{m.name}": int(m) for m in TreeBudget}, **{f"EXPLORE_{e.name}": int(e) for e in Explore}}
 SOURCE = Path(__file__).with_name("qforward.cpp")
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h", "qtree.h"))
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("qabi.h", "qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h",
+                                                    "qtree.h", "qdraft.h", "qdraft_tree.h", "qtest_exports.h"))
 NAME = "eagle2_qforward"
 
 
