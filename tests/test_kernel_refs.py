@@ -1,4 +1,4 @@
-"""The float kernels of the q4_1 forward (qattention.h) against their scalar references, the plain
+"""The float kernels of the q4_1 forward (qrows.h, qattention.h) against their scalar references, the plain
 C++ `<kernel>_ref` written beside each (as ggml keeps a `_generic` beside every SIMD kernel).
 
 1. Bit for bit: each kernel (ref 0 of its qf_ export) gives the bits its reference (ref 1) gives,

@@ -3,8 +3,8 @@
 // library and mirrors its structs).
 //
 // qabi.h holds the structs the calls take, qblocks.h the weights' blocks and the activations' int8
-// rows, qmatmul.h the integer kernels (one per instruction set, chosen once), qattention.h the
-// float parts (each beside its scalar reference), qprobe.h the micro-kernels `profile` measures
+// rows, qmatmul.h the integer kernels (one per instruction set, chosen once), qrows.h and
+// qattention.h the float parts (each beside its scalar reference), qprobe.h the micro-kernels `profile` measures
 // this machine with, qtree.h a cycle's work around the forwards as arrays. This file is the
 // forward and the checked boundary; the draft step (qdraft.h), the tree driver (qdraft_tree.h) and
 // the tests' exports (qtest_exports.h) are included at its end.

@@ -16,12 +16,12 @@ from .llama import KVCache
 from .qblocks import Q4_1, Q8_0, QK, QMatrix
 from .tree_modes import TREE_TOPK, Explore, TreeBudget
 
-TOPK_MAX = 1024    # the most candidates the kernels rank a row (qattention.h's TOPK_MAX)
+TOPK_MAX = 1024    # the most candidates the kernels rank a row (qrows.h's TOPK_MAX)
 # the numbers qf_layout lists beside the structs, by its names: checked when the library loads
 SHARED_CONSTANTS = {"TOPK_MAX": TOPK_MAX, "QT_TOPK": TREE_TOPK,
                     **{f"BUDGET_{m.name}": int(m) for m in TreeBudget}, **{f"EXPLORE_{e.name}": int(e) for e in Explore}}
 SOURCE = Path(__file__).with_name("qforward.cpp")
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("qabi.h", "qblocks.h", "qmatmul.h", "qattention.h", "qprobe.h",
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("qabi.h", "qblocks.h", "qmatmul.h", "qrows.h", "qattention.h", "qprobe.h",
                                                     "qtree.h", "qdraft.h", "qdraft_tree.h", "qtest_exports.h"))
 NAME = "eagle2_qforward"
 

@@ -8,7 +8,7 @@
 // A row's argmax by the kernel (ref 0) or its reference (ref 1): what the tests compare.
 int64_t qf_argmax(const float* x, int n, int ref) { return ref ? argmax_row_ref(x, n) : argmax_row(x, n); }
 
-// The float kernels of qattention.h (ref 0) or their scalar references (ref 1) on given rows: these
+// The float kernels of qrows.h and qattention.h (ref 0) or their scalar references (ref 1) on given rows: these
 // exist for the tests (test_kernel_refs.py), which hold each pair to the same bits.
 void qf_rmsnorm(const float* x, const float* w, float* y, int D, float eps, int ref) {
     ref ? rmsnorm_row_ref(x, w, y, D, eps) : rmsnorm_row(x, w, y, D, eps);
