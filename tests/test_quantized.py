@@ -180,6 +180,20 @@ def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkey
         qlib.declare(lib)
 
 
+def test_each_exports_return_codes_are_one_table():
+    """A code an export defines raises its exception with its line; one it does not define is named."""
+    from eagle2.errors import UserError
+    qlib.check_code("qf_draft", 0, qlib.DRAFT_CODES)
+    with pytest.raises(ValueError, match=r"^the draft head's step ranks at most 1024 candidates a row \(asked 2000\)$"):
+        qlib.check_code("qf_draft", -3, qlib.DRAFT_CODES, topk_max=qlib.TOPK_MAX, k=2000, head_size="")
+    with pytest.raises(UserError, match="outside its vocabulary"):
+        qlib.check_code("qf_draft_tree", -2, qlib.TREE_CODES)
+    with pytest.raises(RuntimeError, match="^qf_forward returned -9, a code it does not define$"):
+        qlib.check_code("qf_forward", -9, qlib.FORWARD_CODES)
+    for codes in (qlib.FORWARD_CODES, qlib.DRAFT_CODES, qlib.TREE_CODES):
+        assert sorted(codes) == [-4, -3, -2, -1]
+
+
 def test_the_library_checks_the_numbers_both_sides_share(tiny_q4, monkeypatch):
     """tree_modes' modes and the top-k bounds against the library's: every one is listed, and one
     that differs is named at load."""

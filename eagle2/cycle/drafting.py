@@ -20,7 +20,7 @@ import torch
 
 from ..model.forward import DraftForward
 from ..model.llama import KVCache
-from ..model.tree_modes import TREE_TOPK
+from ..model.tree_modes import TREE_TOPK, BudgetInputs, TreeCounts
 from ..phases import PhaseClock
 from .sampling import SamplingParams
 from .tree_arrays import TreeArrays
@@ -56,7 +56,7 @@ class HeadRunner:
         return self.draft.drafts_trees and self.ranked[0][1] is not None
 
     def draft_tree(self, root: int, top_k: int, depth: int, total_tokens: int,
-                   budget: dict | None = None) -> tuple[TreeArrays, dict]:
+                   budget: BudgetInputs | None = None) -> tuple[TreeArrays, TreeCounts]:
         """EAGLE-2's tree under `root` in one call of the kernels (quantized.KernelDraft.draft_tree:
         every level's head step, the top-k, the beams, the rerank and the verify layout; `budget`:
         the auto budget's data). Its head steps' time is this cycle's draft_head phase, the rest
@@ -65,9 +65,9 @@ class HeadRunner:
         self.clock.lap("draft_tree")
         r = self.draft.draft_tree(self.cache, root, self.root_g, self.ranked[0][1], self.base_pos, top_k, depth,
                                   total_tokens, cols, budget)
-        self.clock.lap_within("draft_tree", "draft_head", r["head_s"])
-        self.calls = r["draft_calls"]
-        return TreeArrays(cols, r["n"], r["n_beams"], r["draft_calls"], r["n_verify"]), r
+        self.clock.lap_within("draft_tree", "draft_head", r.head_s)
+        self.calls = r.draft_calls
+        return TreeArrays(cols, r.n, r.n_beams, r.draft_calls, r.n_verify), r
 
     def _grow(self, n: int) -> None:
         if n > self.anc.shape[0]:

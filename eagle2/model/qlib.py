@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
 from . import native
 from .llama import KVCache
 from .qblocks import Q4_1, Q8_0, QK, QMatrix
@@ -207,6 +208,39 @@ def layout_problem(lib: ctypes.CDLL) -> str | None:
         if lib.qf_block_bytes(kind) != size:
             return f"a block of type {kind} is {lib.qf_block_bytes(kind)} bytes in the library, {size} here"
     return None
+
+
+# What each export's nonzero return codes mean (qforward.cpp's comment above each): the exception a
+# caller raises and its line, formatted with what the caller knows (check_code). A code not listed
+# is a bug in the caller or the library: a RuntimeError naming it.
+FORWARD_CODES = {
+    -1: (RuntimeError, "q4_1 forward: more visible keys than the cache holds"),
+    -2: (UserError, "A token id or a position outside the model's vocabulary or its RoPE tables."),
+    -3: (ValueError, "the q4_1 forward: taps {taps} must be distinct layers in 0..{layers}"),
+    -4: (ValueError, "{head_size}"),
+}
+DRAFT_CODES = {
+    -1: (RuntimeError, "draft cache full"),
+    -2: (UserError, "The draft head was given a token outside its vocabulary or features of a width it does not "
+                    "read."),
+    -3: (ValueError, "the draft head's step ranks at most {topk_max} candidates a row (asked {k})"),
+    -4: (ValueError, "{head_size}"),
+}
+TREE_CODES = {
+    -1: (RuntimeError, "draft cache full"),
+    -2: (UserError, "The draft head was given a token outside its vocabulary."),
+    -3: (ValueError, "qf_draft_tree: a tree of top_k {top_k}, depth {depth}, {total_tokens} tokens does not fit "
+                     "its arrays (top_k at most {tree_topk})"),
+    -4: (ValueError, "{head_size}"),
+}
+
+
+def check_code(export: str, rc: int, codes: dict, **known) -> None:
+    """Raise what `codes` says for a nonzero `rc` of `export` (its line formatted with `known`)."""
+    if rc == 0:
+        return
+    kind, line = codes.get(rc, (RuntimeError, f"{export} returned {rc}, a code it does not define"))
+    raise kind(line.format(**known))
 
 
 def declare(lib: ctypes.CDLL) -> None:

@@ -18,9 +18,14 @@ import torch
 from ..errors import UserError
 from .llama import KVCache, rope_covering
 from .qblocks import QK, QMatrix, quantise_q8_0
-from .qlib import (ISAS, TOPK_MAX, CDraft, CHead3, CLayer, CModel, CTreeIn, CTreeOut, check_cache, cmat_of,
-                   head_size_problem, matmul, owned_copy, ptr_of, rows_of, shape_problem)
-from .tree_modes import Explore, TreeBudget
+from .qlib import (DRAFT_CODES, FORWARD_CODES, ISAS, TOPK_MAX, TREE_CODES, CDraft, CHead3, CLayer, CModel, CTreeIn,
+                   CTreeOut, check_cache, check_code, cmat_of, head_size_problem, matmul, owned_copy, ptr_of, rows_of,
+                   shape_problem)
+from .tree_modes import TREE_TOPK, BudgetInputs, Explore, TreeBudget, TreeCounts
+
+# the tree's arrays a call writes (tree_arrays' columns, QTreeOut's pointers in its order)
+TREE_COLUMNS = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "beam", "rank_sum",
+                "rank_count", "beam_len", "order", "parent_pos", "mask")
 
 PRECISION = "q4_1"
 
@@ -178,14 +183,8 @@ class KernelTarget:
                                  cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(), ptr_of(visible), self._taps,
                                  len(self.aux_layers) if with_taps else 0, ptr_of(taps), ptr_of(logits), ptr_of(best),
                                  torch.get_num_threads(), ptr_of(prof))
-        if rc == -2:
-            raise UserError("A token id or a position outside the model's vocabulary or its RoPE tables.")
-        if rc == -3:
-            raise ValueError(f"the q4_1 forward: taps {list(self._taps)} must be distinct layers in 0..{a.n_layers}")
-        if rc == -4:
-            raise ValueError(head_size_problem(self._c_model.hd))
-        if rc != 0:
-            raise RuntimeError("q4_1 forward: more visible keys than the cache holds")
+        check_code("qf_forward", rc, FORWARD_CODES, taps=list(self._taps), layers=a.n_layers,
+                   head_size=head_size_problem(self._c_model.hd))
         return x, taps
 
 
@@ -292,15 +291,7 @@ class KernelDraft:
                                cache.length, start, ptr_of(tree), g.data_ptr(), logp.data_ptr(), k,
                                ptr_of(top[0]) if top else None, ptr_of(top[1]) if top else None, lm_from,
                                torch.get_num_threads())
-        if rc == -1:
-            raise RuntimeError("draft cache full")
-        if rc == -3:
-            raise ValueError(f"the draft head's step ranks at most {TOPK_MAX} candidates a row (asked {k})")
-        if rc == -4:
-            raise ValueError(head_size_problem(self.c.layer.hd))
-        if rc != 0:
-            raise UserError("The draft head was given a token outside its vocabulary or features of a width it "
-                            "does not read.")
+        check_code("qf_draft", rc, DRAFT_CODES, topk_max=TOPK_MAX, k=k, head_size=head_size_problem(self.c.layer.hd))
         return g, logp, top
 
 
@@ -325,15 +316,12 @@ class KernelDraft:
     @torch.no_grad()
     def draft_tree(self, cache: KVCache, root: int, root_g: torch.Tensor, root_top: tuple, base_pos: int,
                    top_k: int, depth: int, total_tokens: int, out: dict[str, np.ndarray],
-                   budget: dict | None = None) -> dict:
+                   budget: BudgetInputs | None = None) -> TreeCounts:
         """A whole cycle's draft tree in one call (qf_draft_tree: EAGLE-2's levels, the budget's
         choices, the rerank and the verification's layout) into `out` (tree_arrays). The root's
         reading: its feature `root_g` [D] and its best children `root_top` (log-probs, target ids),
-        best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data: mode (a
-        TreeBudget), tn [total_tokens] and rank_prob [top_k] (float64), prices [w + 1] (float64,
-        NaN unseen: updated in place), spent0, call_guess, decay, explore_depth, explore (an Explore).
-        Returns the counts (n, n_beams, draft_calls, n_verify, best_n, expected) and head_s, the
-        seconds its draft-head steps took."""
+        best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data for this
+        cycle (its prices updated in place). Returns the call's counts."""
         cos, sin = self._rope
         self._check(cache)
         if root_g.numel() != self.args.dim or root_top[0].numel() != root_top[1].numel():
@@ -344,31 +332,25 @@ class KernelDraft:
         g = root_g.float().contiguous()
         vals = root_top[0].float().contiguous()
         ids = root_top[1].to(torch.int64).contiguous()
-        b = budget or {}
-        f64 = lambda name, n: np.ascontiguousarray(b[name], dtype=np.float64) if budget else np.zeros(n)  # noqa: E731
-        tn, ranks = f64("tn", total_tokens), f64("rank_prob", top_k)
-        prices = b["prices"] if budget else np.full(2, np.nan)
-        if len(tn) < total_tokens or len(ranks) < top_k or prices.dtype != np.float64 or not prices.flags.c_contiguous:
+        # EAGLE-2 as it is: the budget's fields at neutral values (the kernels do not read them then)
+        b = budget or BudgetInputs(mode=TreeBudget.EAGLE2, tn=np.zeros(total_tokens), rank_prob=np.zeros(top_k),
+                                   prices=np.full(2, np.nan), spent0=0.0, call_guess=0.0, decay=0.0,
+                                   explore_depth=False, explore=Explore.BEST)
+        tn, ranks = (np.ascontiguousarray(x, dtype=np.float64) for x in (b.tn, b.rank_prob))
+        if len(tn) < total_tokens or len(ranks) < top_k or b.prices.dtype != np.float64 or not b.prices.flags.c_contiguous:
             raise ValueError("the budget's tables are shorter than the tree's shape or not float64")
-        cin = CTreeIn(root, g.data_ptr(), vals.data_ptr(), ids.data_ptr(), vals.numel(), top_k, depth, total_tokens,
-                       cache.length, base_pos, cache.max_len, min(cos.shape[0], sin.shape[0]),
-                       cache.k.data_ptr(), cache.v.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                       int(b.get("mode", TreeBudget.EAGLE2)), int(b.get("explore_depth", 0)),
-                       int(b.get("explore", Explore.BEST)),
-                       len(prices) - 1, float(b.get("spent0", 0.0)), float(b.get("call_guess", 0.0)),
-                       float(b.get("decay", 0.0)), tn.ctypes.data, ranks.ctypes.data, prices.ctypes.data,
-                       torch.get_num_threads(), 0)
-        cout = CTreeOut(len(out["tokens"]), len(out["order"]), *(out[k].ctypes.data for k in (
-            "tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "beam", "rank_sum", "rank_count",
-            "beam_len", "order", "parent_pos", "mask")), 0, 0, 0, 0, 0, 0, 0.0, 0.0)
+        cin = CTreeIn(root=root, root_g=g.data_ptr(), root_vals=vals.data_ptr(), root_ids=ids.data_ptr(),
+                      n_root=vals.numel(), top_k=top_k, depth=depth, total_tokens=total_tokens,
+                      committed=cache.length, base_pos=base_pos, cap=cache.max_len,
+                      rope_rows=min(cos.shape[0], sin.shape[0]), kc=cache.k.data_ptr(), vc=cache.v.data_ptr(),
+                      cos=cos.data_ptr(), sin=sin.data_ptr(), budget=int(b.mode), explore_depth=int(b.explore_depth),
+                      explore=int(b.explore), max_width=len(b.prices) - 1, spent0=b.spent0, call_guess=b.call_guess,
+                      decay=b.decay, tn=tn.ctypes.data, rank_prob=ranks.ctypes.data, prices=b.prices.ctypes.data,
+                      threads=torch.get_num_threads())
+        cout = CTreeOut(cap_nodes=len(out["tokens"]), cap_verify=len(out["order"]),
+                        **{k: out[k].ctypes.data for k in TREE_COLUMNS})
         rc = self.lib.qf_draft_tree(ctypes.byref(self.c), ctypes.byref(cin), ctypes.byref(cout))
-        if rc == -1:
-            raise RuntimeError("draft cache full")
-        if rc == -3:
-            raise ValueError(f"qf_draft_tree: a tree of top_k {top_k}, depth {depth}, {total_tokens} tokens does "
-                             f"not fit its arrays (top_k at most 16)")
-        if rc == -4:
-            raise ValueError(head_size_problem(self.c.layer.hd))
-        if rc != 0:
-            raise UserError("The draft head was given a token outside its vocabulary.")
-        return {k: getattr(cout, k) for k in ("n", "n_beams", "draft_calls", "n_verify", "best_n", "expected", "head_s")}
+        check_code("qf_draft_tree", rc, TREE_CODES, top_k=top_k, depth=depth, total_tokens=total_tokens,
+                   tree_topk=TREE_TOPK, head_size=head_size_problem(self.c.layer.hd))
+        return TreeCounts(n=cout.n, n_beams=cout.n_beams, draft_calls=cout.draft_calls, n_verify=cout.n_verify,
+                          best_n=cout.best_n, expected=cout.expected, head_s=cout.head_s)

@@ -1,10 +1,14 @@
-"""What the kernels' one-call drafting (qforward.cpp's qf_draft_tree) is asked for: how it grows a
-tree, which N it verifies, and how many children a call ranks. qforward.cpp declares the same
-numbers (its TreeBudget and Explore enums, QT_TOPK), and the library lists them in qf_layout, which
-qlib.py compares with these when it loads the library. Torch-free."""
+"""What crosses into the kernels' one-call drafting (qforward.cpp's qf_draft_tree) and what comes
+back: how it grows a tree, which N it verifies and how many children a call ranks (qforward.cpp
+declares the same numbers, its TreeBudget and Explore enums and QT_TOPK, and the library lists them
+in qf_layout, which qlib.py compares with these when it loads the library), the auto budget's
+inputs for one cycle, and the counts a call reports. Torch-free."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
+
+import numpy as np
 
 TREE_TOPK = 16   # each drafted node's best children a call ranks as it runs (qforward.cpp's QT_TOPK)
 
@@ -22,3 +26,30 @@ class Explore(IntEnum):
     BEST = 0     # the N of the best rate
     DOUBLE = 1   # twice it
     HALF = 2     # half of it
+
+
+@dataclass(frozen=True)
+class BudgetInputs:
+    """The auto budget's data for one cycle's call (QTreeIn's budget fields; policies/auto.py builds
+    it). The arrays are float64; `prices` is the policy's own, updated in place by the call."""
+    mode: TreeBudget
+    tn: np.ndarray            # [>= total_tokens] t(N) for N = 1, 2, ...
+    rank_prob: np.ndarray     # [>= top_k] a child's predicted draft probability by rank
+    prices: np.ndarray        # [max_width + 1] a head call's price by width (NaN: not measured yet)
+    spent0: float             # the cycle's drafting seconds before the call
+    call_guess: float         # a call's price before any width was measured
+    decay: float              # how far each new timing moves a price
+    explore_depth: bool       # one call at least below the root's children this cycle
+    explore: Explore          # which N to verify: the best, twice it or half of it
+
+
+@dataclass(frozen=True)
+class TreeCounts:
+    """What one call reports beside the tree's arrays (QTreeOut's counts)."""
+    n: int                    # nodes in the pool, the root included
+    n_beams: int              # beams recorded (one per level expanded, and the root's)
+    draft_calls: int          # head calls, the root's reading included
+    n_verify: int             # rows the target verifies (the root and the kept nodes)
+    best_n: int               # the budget's best N (total_tokens for EAGLE-2)
+    expected: float           # the budget's expected tokens at best_n (1 for EAGLE-2)
+    head_s: float             # seconds of the call spent in the head's steps

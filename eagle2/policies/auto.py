@@ -28,7 +28,7 @@ from ..cycle.tree import DraftTree, TreeRecord
 from ..errors import check
 from ..model.measurer import request_measurement
 from ..model.priors import prior_times
-from ..model.tree_modes import Explore, TreeBudget
+from ..model.tree_modes import BudgetInputs, Explore, TreeBudget
 from ..model.verify_times import LiveVerifyTimes
 from ..phases import PhaseClock
 from .eagle2 import Eagle2Policy
@@ -238,13 +238,13 @@ class AutoBudgetPolicy(Eagle2Policy):
     def draft_native(self, runner, root, cyc: BudgetCycle):
         """The same rule in the kernels' one call: they read this cycle's tables and the prices,
         and update the prices as expand_width and keep do."""
-        budget = dict(mode=self.native_budget(), tn=cyc.tn, rank_prob=cyc.rank_prob, prices=self.prices.seconds,
-                      spent0=cyc.clock.now() - cyc.t0, call_guess=cyc.call_guess, decay=self.prices.decay,
-                      explore_depth=cyc.explore_depth, explore=cyc.explore)
+        budget = BudgetInputs(mode=self.native_budget(), tn=cyc.tn, rank_prob=cyc.rank_prob, prices=self.prices.seconds,
+                              spent0=cyc.clock.now() - cyc.t0, call_guess=cyc.call_guess, decay=self.prices.decay,
+                              explore_depth=cyc.explore_depth, explore=cyc.explore)
         tree, r = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens, budget)
         c, calls = tree.cols, tree.draft_calls - 1
         tree.record = self._learn(cyc, c["rank_sum"], c["rank_count"], c["beam_len"][:calls].tolist(),
-                                  r["n_verify"], r["best_n"], r["expected"], tree.draft_calls)
+                                  r.n_verify, r.best_n, r.expected, tree.draft_calls)
         return tree
 
     def _explore(self, best_n: int, pool: int, explore: Explore) -> int:
