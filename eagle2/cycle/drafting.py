@@ -47,7 +47,8 @@ class HeadRunner:
         self.base_pos = base_pos                  # head position of the root's pair
         self.start = cache.length            # first tree slot
         self.used = 0
-        self.anc = np.zeros((64, 64), dtype=bool)
+        # the tree's ancestor masks, grown by run() (a tree the kernels draft in one call needs none)
+        self.anc = np.zeros((0, 0), dtype=bool)
         self.calls = 1                            # the root call already ran
 
     @property
@@ -71,7 +72,7 @@ class HeadRunner:
 
     def _grow(self, n: int) -> None:
         if n > self.anc.shape[0]:
-            cap = max(n, 2 * self.anc.shape[0])
+            cap = max(n, 64, 2 * self.anc.shape[0])
             a = np.zeros((cap, cap), dtype=bool)
             a[: self.anc.shape[0], : self.anc.shape[1]] = self.anc
             self.anc = a
