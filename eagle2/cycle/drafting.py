@@ -25,9 +25,6 @@ from ..phases import PhaseClock
 from .sampling import SamplingParams
 from .tree_arrays import TreeArrays
 
-# How many of each drafted node's best children a draft call ranks as it runs (the q4_1 kernels
-# rank them in the same call, up to their TREE_TOPK): a policy asking for more ranks them with torch.
-DRAFT_TOPK = TREE_TOPK
 
 
 class HeadRunner:
@@ -94,7 +91,7 @@ class HeadRunner:
         tok = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.tensor([self.base_pos + d for d in depths], dtype=torch.long, device=dev)
         self.clock.lap("draft_tree")              # the tree's work since the last call, these inputs
-        g, logp, top = self.draft.step(self.cache, parent_g, tok, pos, self.start + s0, mask, DRAFT_TOPK)
+        g, logp, top = self.draft.step(self.cache, parent_g, tok, pos, self.start + s0, mask, TREE_TOPK)
         self.ranked = [self.ranked[0], (logp, top)]
         self.clock.lap("draft_head")
         self.used += k

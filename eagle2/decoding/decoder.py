@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..cycle.drafting import DRAFT_TOPK, HeadRunner
+from ..cycle.drafting import HeadRunner
 from ..cycle.layout import VerifyBatch, layout
 from ..cycle.sampling import SamplingParams, choose
 from ..cycle.trace import StepTrace, Trace
@@ -30,6 +30,7 @@ from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
 from ..model.stopwatch import syncer
+from ..model.tree_modes import TREE_TOPK
 from ..phases import PHASES, PhaseClock, grouped, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
@@ -43,7 +44,7 @@ NO_TIME = dict.fromkeys(PHASES, 0.0)   # every phase at 0 s (eagle2/phases.py)
 @dataclass(frozen=True)
 class Reading:
     """The draft head's reading of the context: its predicted feature at the root, the log-probs
-    of the root's children and their best DRAFT_TOPK ranked, and the seconds absorbing took (they
+    of the root's children and their best TREE_TOPK ranked, and the seconds absorbing took (they
     count as the next cycle's draft_head phase, whenever the absorbing ran)."""
     g: torch.Tensor
     logp: torch.Tensor
@@ -273,7 +274,7 @@ class Decoder:
         hc, n, dev = copy.copy(s.hcache), len(toks), self.b.device
         g, logp, top = self.b.draft.step(hc, feats, torch.tensor(toks, device=dev),
                                          torch.arange(hc.length, hc.length + n, device=dev), hc.length,
-                                         k=DRAFT_TOPK, last_only=True)   # the reading is the last row's
+                                         k=TREE_TOPK, last_only=True)   # the reading is the last row's
         hc.advance(n)
         seconds = clock.lap("draft_head")
         return replace(s, hcache=hc, pending=None,

@@ -10,7 +10,9 @@ from enum import IntEnum
 
 import numpy as np
 
-TREE_TOPK = 16   # each drafted node's best children a call ranks as it runs (qforward.cpp's QT_TOPK)
+# each drafted node's best children a draft call ranks as it runs (qforward.cpp's QT_TOPK; the eager
+# head ranks as many): a policy asking for more ranks them with torch, and drafts level by level
+TREE_TOPK = 16
 
 
 class TreeBudget(IntEnum):

@@ -8,10 +8,10 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..cycle.drafting import DRAFT_TOPK, HeadRunner
+from ..cycle.drafting import HeadRunner
 from ..cycle.tree import DraftTree, TreeRecord, log_mass
 from ..cycle.tree_arrays import TreeArrays
-from ..model.tree_modes import TreeBudget
+from ..model.tree_modes import TREE_TOPK, TreeBudget
 from .base import TreeBuilder, TreePolicy, check_int
 
 
@@ -57,7 +57,7 @@ class Eagle2Policy(TreePolicy):
         """The tree, in one call of the kernels where the draft head runs there and this policy's
         rule is theirs (the same tree: tests/test_native_cycle.py), else level by level below."""
         cyc = self.begin(runner)
-        if runner.drafts_trees and self.top_k <= DRAFT_TOPK and self.native_budget() is not None:
+        if runner.drafts_trees and self.top_k <= TREE_TOPK and self.native_budget() is not None:
             return self.draft_native(runner, root, cyc)
         return self.draft_levels(runner, root, cyc)
 
