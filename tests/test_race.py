@@ -14,9 +14,10 @@ import torch
 
 from eagle2.decoding.race import Race, RaceSettings
 from eagle2.errors import UserError
+from eagle2.policies.registry import EAGLE2
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = RaceSettings(total_tokens=10, depth=3, top_k=4, max_new_tokens=40)
+SMALL = RaceSettings(policy=EAGLE2, total_tokens=10, depth=3, top_k=4, max_new_tokens=40)   # EAGLE-2 against the static tree
 
 
 def race(bundle, prompt: str, ticks: int, **kw) -> Race:
