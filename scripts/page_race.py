@@ -103,6 +103,12 @@ def print_comparison(c: dict) -> None:
     print("all within the tolerances" if c["within"] else "not all within the tolerances (! marks a phase)")
 
 
+def exported(out: Path, body: bytes):
+    """The race's exported trace file, kept as OUT/page-trace.json and read."""
+    (out / "page-trace.json").write_bytes(body)
+    return TRACES.from_json(body)
+
+
 def run_page(out: Path, steps: int, threads: int) -> tuple[str, object]:
     """The page's race: N Steps of the default prompt in Chromium; returns (prompt, exported trace)."""
     with serve_app(out / "server.log", timeout=300, threads=threads) as url, chromium() as browser:
@@ -131,8 +137,7 @@ def run_page(out: Path, steps: int, threads: int) -> tuple[str, object]:
             body = page.request.get(link.get_attribute("href")).body()
         finally:
             ctx.close()
-    (out / "page-trace.json").write_bytes(body)
-    return prompt, TRACES.from_json(body)
+    return prompt, exported(out, body)
 
 
 def run_api(out: Path, steps: int, threads: int) -> tuple[str, object]:
@@ -152,9 +157,7 @@ def run_api(out: Path, steps: int, threads: int) -> tuple[str, object]:
         files = c.submit(api_name="/export").result(timeout=120)
     finally:
         server.stop()
-    body = Path(next(f for f in files if str(f).endswith(".json"))).read_bytes()
-    (out / "page-trace.json").write_bytes(body)
-    return prompt, TRACES.from_json(body)
+    return prompt, exported(out, Path(next(f for f in files if str(f).endswith(".json"))).read_bytes())
 
 
 def run_bench(out: Path, prompt: str, roles: dict[str, str], threads: int, tokens: int, repeats: int) -> dict:
@@ -165,7 +168,7 @@ def run_bench(out: Path, prompt: str, roles: dict[str, str], threads: int, token
            "--threads", str(threads), "--max-new-tokens", str(tokens), "--repeats", str(repeats),
            "--out", str(out / "bench")]
     print("$", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=1800)   # bounded: a bench of one prompt takes a minute or two
     return json.loads((out / "bench" / "summary.json").read_text())
 
 
