@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 
 from eagle2.errors import UserError
-from eagle2.decoding.recorded_race import device_name, record_settings
+from eagle2.decoding.recorded_race import device_name, record_settings, run_race
 from eagle2.model.weights import ASSETS
 from eagle2.policies.registry import TRACES
 from eagle2.cycle.trace import DEVICE_NAME, VIZ_KEY
 
-from .session import Session
 from .view import View
 
 TRACES_DIR = ASSETS / "traces"
@@ -148,11 +147,8 @@ def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, 
         if only and fname not in only:
             continue
         s = record_settings("cpu", max_new_tokens, **kw)
-        sess = Session()
-        sess.start(bundle, prompt, s)
-        while not sess.finished:
-            sess.tick()
-        tr = sess.export()
+        race = run_race(bundle, prompt, s)   # the race a live page ticks, to the end of the answer
+        tr = race.export()
         tr.meta[DEVICE_NAME], tr.meta["threads"] = cpu, torch.get_num_threads()
         tr.meta[VIZ_KEY].update(title=f"{title} ({s.policy} vs {s.compare}, {tr.meta['dtype']}, {cpu})",
                                 category=cat, recorded=time.strftime("%Y-%m-%d"))
@@ -160,6 +156,6 @@ def record_traces(bundle, out_dir: Path = TRACES_DIR, max_new_tokens: int = 48, 
         path.write_text(tr.to_json(digits=4), encoding="utf-8")
         TRACES.load(path)  # must load back
         print(f"wrote {path} ({path.stat().st_size // 1024} KiB, {len(tr.steps)} cycles, "
-              f"tau {sess.race.main.tau:.2f})", flush=True)
+              f"tau {race.main.tau:.2f})", flush=True)
         written.append(path)
     return written

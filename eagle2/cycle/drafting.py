@@ -26,7 +26,6 @@ from .sampling import SamplingParams
 from .tree_arrays import TreeArrays
 
 
-
 class HeadRunner:
     def __init__(self, draft: DraftForward, cache: KVCache, root_g: torch.Tensor, base_pos: int,
                  root_logp: torch.Tensor, sampling: SamplingParams | None = None, gen: torch.Generator | None = None,
