@@ -195,6 +195,8 @@ def test_live_corrections_stay_in_the_process(sampling_setup, tmp_path, monkeypa
     real = {1: 0.0374, 2: 0.0262, 4: 0.0302, 8: 0.0330, 16: 0.0425, 32: 0.0637, 64: 0.1034, 128: 0.1893}
     assert calibration.plausible(real)
     assert not calibration.plausible({**real, 16: 0.020})  # but not one that falls from N = 2 on
+    assert calibration.implausibility({**real, 16: 0.020}) == "t(16) = 20 ms < 0.7 t(8) = 33 ms"
+    assert calibration.implausibility({1: 1.0, 2: 5.0, 4: 0.1}).startswith("t(2) = 5e+03 ms outside")
     fresh = calibration.verify_profile(bundle)                # implausible: measured again (a tool, in the foreground)
     assert set(fresh) == set(calibration.GRID)
     busy = {1: 0.01, 2: 0.03, 4: 0.03, 8: 0.03}         # 3x too high, yet plausible: kept as the start

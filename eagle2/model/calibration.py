@@ -39,23 +39,32 @@ def measure_verify_times(bundle, context: int = 256, repeats: int = 5, grid=GRID
     return {n: t[""] for n, t in times.items()}
 
 
-def plausible(t: dict[int, float]) -> bool:
-    """A t(N) table a budget may start from: N = 1 and another point, every time positive and
-    finite, non-decreasing within noise (30%) from N = 2 on, and no N costing less than half of
-    one token or more than 1.5 N tokens' forwards (one forward of N tokens never beats one token
-    by much, nor costs more than N forwards). One token may cost more than two: the one-row
-    forward runs other kernels, and on some CPUs it is the slower (measured: 37 ms against 26 ms);
-    rejecting such a table made every new session measure it again, seconds inside its first Step."""
-    if 1 not in t or len(t) < 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-                                           for v in t.values()):
-        return False
-    top = 0.0
+def implausibility(t: dict[int, float]) -> str | None:
+    """Why a t(N) table is not one a budget may start from, or None when it is: N = 1 and another
+    point, every time positive and finite, non-decreasing within noise (30%) from N = 2 on, and no
+    N costing less than half of one token or more than 1.5 N tokens' forwards (one forward of N
+    tokens never beats one token by much, nor costs more than N forwards). One token may cost more
+    than two: the one-row forward runs other kernels, and on some CPUs it is the slower (measured:
+    37 ms against 26 ms); rejecting such a table made every new session measure it again, seconds
+    inside its first Step."""
+    if 1 not in t or len(t) < 2:
+        return "fewer than two sizes, or no N = 1"
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in t.values()):
+        return "a time not positive and finite"
+    top, top_n = 0.0, None
     for n in sorted(t):
-        if t[n] < 0.7 * top or not 0.5 * t[1] <= t[n] <= 1.5 * n * t[1]:
-            return False
-        if n > 1:
-            top = max(top, t[n])
-    return True
+        if t[n] < 0.7 * top:
+            return f"t({n}) = {t[n] * 1e3:.3g} ms < 0.7 t({top_n}) = {top * 1e3:.3g} ms"
+        if not 0.5 * t[1] <= t[n] <= 1.5 * n * t[1]:
+            return f"t({n}) = {t[n] * 1e3:.3g} ms outside [0.5, 1.5 N] t(1), t(1) = {t[1] * 1e3:.3g} ms"
+        if n > 1 and t[n] > top:
+            top, top_n = t[n], n
+    return None
+
+
+def plausible(t: dict[int, float]) -> bool:
+    """A t(N) table a budget may start from (implausibility says why not)."""
+    return implausibility(t) is None
 
 
 def cache_key(bundle) -> str:
@@ -135,7 +144,8 @@ def measure_quietly(bundle, give_way: bool = False) -> tuple[dict[int, float], b
             store_times(bundle, t)
             if plausible(t):
                 _known[key] = t
-        what = ("quiet: cached" + ("" if plausible(t) else ", but not plausible") if quiet
+        why = implausibility(t)
+        what = ("quiet: cached" + ("" if why is None else f", but not plausible: {why}") if quiet
                 else "not kept: a decode ran meanwhile")
         log.info("t(N) measured in thread %s (%.1f s, %s) for %s", threading.current_thread().name,
                  time.perf_counter() - t0, what, key)
