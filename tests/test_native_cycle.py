@@ -26,7 +26,7 @@ from eagle2.model import qlib
 from eagle2.model.llama import KVCache
 from eagle2.model.loading import load_bundle
 from eagle2.model.verify_times import LiveVerifyTimes
-from eagle2.policies.auto import WIDTHS, AutoBudgetNPolicy, CallPrices, best_rates
+from eagle2.policies.auto import EXPLORE_EVERY, WIDTHS, AutoBudgetNPolicy, AutoBudgetPolicy, CallPrices, best_rates
 from lossless_cases import greedy_tokens
 
 pytestmark = pytest.mark.skipif(qlib.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
@@ -44,6 +44,16 @@ def tiny_e3(tiny_target, tmp_path_factory):
     b = load_bundle(str(folder), head, dtype="q4_1")
     assert isinstance(b.draft, Q.KernelDraft) and b.draft.drafts_trees
     return b
+
+
+@pytest.fixture(scope="module")
+def tiny_e3_sure(tiny_target, tmp_path_factory):
+    """tiny_e3's target with a random EAGLE-3 head whose logits are 6x sharper: its children's
+    probabilities spread from near 1 to near 0, so the budget's choices vary from cycle to cycle."""
+    from test_serving import random_eagle3_head
+    folder, _ = tiny_target("native-e3", layers=4)
+    head = random_eagle3_head(folder, tmp_path_factory.mktemp("native-e3-sure-head"), sharpen=6.0)
+    return load_bundle(str(folder), head, dtype="q4_1")
 
 
 def _trees(bundle, policy, prompt, native: bool, monkeypatch, **kw):
@@ -82,6 +92,68 @@ def test_the_budget_choosing_n_drafts_the_same_tree_in_the_kernels(tiny_e3, monk
             assert (ra.n, ra.best_n, ra.levels, ra.widths) == (rb.n, rb.best_n, rb.levels, rb.widths) == (16, 16, 3, [4, 4, 4])
             a.record = b.record = None
             assert dataclasses.asdict(a) == dataclasses.asdict(b)
+
+
+def _frozen_auto(monkeypatch) -> AutoBudgetPolicy:
+    """The default policy (eagle2-auto, exploring and learning its ranks' probabilities) starting
+    from a rising t(N) and a draft call's price at several widths, with its timings kept out: the
+    seconds each call and verification took differ from run to run, and what a cycle chooses
+    depends only on what it starts from and the head's outputs, so the two paths must agree."""
+    monkeypatch.setattr(CallPrices, "observe", lambda self, width, seconds: None)
+    monkeypatch.setattr(LiveVerifyTimes, "observe", lambda self, n, seconds: None)
+    tn = {1: 1.0e-3, 2: 1.01e-3, 4: 1.03e-3, 8: 1.08e-3, 16: 1.2e-3, 32: 1.5e-3}
+    pol = AutoBudgetPolicy(prior_times=tn, total_tokens=32, depth=5, top_k=6)
+    for w, s in ((1, 4e-6), (2, 6e-6), (4, 1e-5), (6, 1.6e-5)):
+        pol.prices.seconds[w] = s
+    return pol
+
+
+def test_the_default_policy_drafts_the_same_tree_in_the_kernels(tiny_e3_sure, monkeypatch):
+    """eagle2-auto itself, its widths, depths and N chosen each cycle (exploring every
+    EXPLORE_EVERY cycles): the kernels' one call and the Python loop keep the same nodes, record
+    the same choices and decode the same tokens, cycle after cycle."""
+    seen_widths, seen_n = set(), set()
+    for prompt in PROMPTS[:3]:
+        runs = []
+        for native in (True, False):
+            monkeypatch.setattr(tiny_e3_sure.draft, "drafts_trees", native)
+            d = Decoder(tiny_e3_sure, _frozen_auto(monkeypatch), SamplingParams(), max_new_tokens=48, record=True)
+            d.start(input_ids=prompt)
+            d.generate()
+            runs.append((d.generated, [s.tree for s in d.trace.steps[1:]], d.policy.stats))
+        (out_n, native, stats_n), (out_p, python, stats_p) = runs
+        assert out_n == out_p and len(native) == len(python) > EXPLORE_EVERY // 2
+        for a, b in zip(native, python):
+            ra, rb = a.record, b.record
+            assert (ra.n, ra.best_n, ra.levels, ra.widths) == (rb.n, rb.best_n, rb.levels, rb.widths)
+            assert ra.expected_tokens == pytest.approx(rb.expected_tokens, rel=1e-12)
+            seen_widths.add(tuple(ra.widths)), seen_n.add(ra.n)
+            a.record = b.record = None
+            assert dataclasses.asdict(a) == dataclasses.asdict(b)
+        assert stats_n["explored"] == stats_p["explored"] > 0 and stats_n["widths"] == stats_p["widths"]
+    # the cycles made different choices (the test weighs a rule, not one fixed tree)
+    assert len(seen_widths) >= 10 and len(seen_n) >= 8, (seen_widths, seen_n)
+
+
+def test_the_budget_learns_each_kernel_calls_seconds(tiny_e3_sure, monkeypatch):
+    """The kernels' call reads the prices and returns what each of its draft calls took
+    (`level_s`): the policy learns one price a call, at that call's width, in the order made."""
+    learnt, real = [], CallPrices.observe
+
+    def observe(self, width, seconds):
+        learnt.append((width, seconds))
+        real(self, width, seconds)
+
+    monkeypatch.setattr(CallPrices, "observe", observe)
+    pol = AutoBudgetPolicy(prior_times={1: 1.0e-3, 4: 1.03e-3, 16: 1.2e-3, 32: 1.5e-3}, total_tokens=32, depth=5,
+                           top_k=6)
+    d = Decoder(tiny_e3_sure, pol, SamplingParams(), max_new_tokens=32, record=True)
+    d.start(input_ids=PROMPTS[1])
+    d.generate()
+    widths = [w for s in d.trace.steps[1:] for w in s.tree.record.widths]
+    assert len(widths) > 4 and [w for w, _ in learnt] == widths
+    assert all(0 < sec < 1 for _, sec in learnt)
+    assert all(np.isfinite(pol.prices.seconds[w]) for w in set(widths))
 
 
 @pytest.mark.parametrize("policy", ["eagle2", "eagle2-auto", "eagle2-auto-n"])

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow  # a real server
 STEP_TIMEOUT = 90.0   # one Step of the tiny model takes well under a second; a hang never answers
 
 
-def random_eagle3_head(target_folder, where) -> str:
-    """A random EAGLE-3 head (official layout) reading the tiny target's layers 1, 2 and 4."""
+def random_eagle3_head(target_folder, where, sharpen: float = 1.0) -> str:
+    """A random EAGLE-3 head (official layout) reading the tiny target's layers 1, 2 and 4;
+    `sharpen` scales its final norm, and so its logits (a confident head's peaked distributions)."""
     import torch
     from eagle2.model.head3 import Eagle3Head, save_head3
     from eagle2.model.loading import load_target
@@ -33,6 +34,7 @@ def random_eagle3_head(target_folder, where) -> str:
     with torch.no_grad():
         for name, p in head.named_parameters():
             p.copy_(1.0 + 0.2 * torch.randn(p.shape) if "norm" in name else 0.1 * torch.randn(p.shape))
+        head.norm.weight.mul_(sharpen)
     head.attach(tgt.lm_head.weight.detach())
     save_head3(head, where, dtype=torch.float32)
     return str(where)

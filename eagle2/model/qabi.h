@@ -70,12 +70,10 @@ struct QTreeIn {  // one cycle's drafting (qf_draft_tree): the root's reading, t
     int32_t explore_depth;     // the budget: one call at least below the root's children this cycle
     int32_t explore;           // an Explore: the budget verifies the best N, twice it or half of it
     int32_t max_width;         // prices has max_width + 1 entries
-    double spent0;             // the cycle's seconds spent drafting before this call
     double call_guess;         // a call's price before any was measured
-    double decay;              // the prices' running mean
     const double* tn;          // [total_tokens] t(N) in seconds, N = 1, 2, ...
     const double* rank_prob;   // [top_k] a child's draft probability by its rank
-    double* prices;            // [max_width + 1] a call's seconds by width (NaN: none seen), updated
+    const double* prices;      // [max_width + 1] a call's seconds by width (NaN: none seen)
     int32_t threads, pad_;
 };
 
@@ -90,6 +88,8 @@ struct QTreeOut {  // the pool (index 0: the root) and what verification reads, 
     double* rank_sum;          // [top_k] the draft probabilities of the children of rank r below the
     int32_t* rank_count;       // root's children, summed, and how many (what the budget learns from)
     int32_t* beam_len;         // [depth + 1] how many at each level
+    double* level_s;           // [depth] the seconds each call below the root's children took (its
+                               // choice, the head's step, its children ranked): the prices' lesson
     int32_t* order;            // [cap_verify] verify position -> pool index
     int32_t* parent_pos;       // [cap_verify] the parent's verify position (-1: the root)
     uint8_t* mask;             // [cap_verify, cap_verify] ancestors and self, row stride n_verify

@@ -15,13 +15,13 @@
 // children join the pool with path values, and the top_k best of the level are the next beam. Then
 // the N verified: the total_tokens best (EAGLE-2) or the rate's best N, twice or half of it when the
 // budget explores (EXPLORE_DOUBLE, EXPLORE_HALF); the rerank keeps the N-1 best nodes and the layout orders them for the
-// target. Returns 0; -3 when the arrays are too small or the arguments out of range, -4 for a head
+// target. The budget's choices are a function of its inputs and the head's outputs alone: the time a
+// level's choice counts as spent is the prices' prediction for the calls chosen so far (the prices as
+// they came in, read-only), never a clock; the seconds each level took are measured and returned
+// (out->level_s) for the caller to learn the prices from. Returns 0; -3 when the arrays are too small or the arguments out of range, -4 for a head
 // size attention does not take (head_dim_ok), before any work; else what qf_draft returned.
 int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
-    const auto t_entry = std::chrono::steady_clock::now();
-    auto now = [&] {  // the cycle's drafting seconds so far
-        return in->spent0 + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entry).count();
-    };
+    using clock = std::chrono::steady_clock;
     const int D = m->layer.D, hd = m->layer.hd, k = in->top_k;
     if (!head_dim_ok(hd)) return -4;
     if (k < 1 || k > QT_TOPK || in->depth < 0 || in->total_tokens < 1 || in->n_root < 0) return -3;
@@ -50,8 +50,9 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
         out->beam_len[n_beams++] = (int)beam.size();
     };
     push_beam();
-    qt::Prices prices{in->prices, in->max_width + 1, in->decay};
-    double level_t0 = 0, head_s = 0;
+    const qt::Prices prices{in->prices, in->max_width + 1};
+    double spent = 0, head_s = 0;  // the calls' predicted seconds so far (what the budget reads), the head's measured
+    auto level_t0 = clock::now();
     int width = 0, used = 0, calls = 1;  // the root's call already ran
     const int max_slots = in->depth * k;
     std::vector<uint8_t> anc((size_t)max_slots * max_slots), tree;
@@ -69,17 +70,21 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
         std::sort(v.begin(), v.end(), std::greater<double>());
         return v;
     };
+    auto level_done = [&] {  // the seconds since the last level's choice, that level's call's
+        const auto t = clock::now();
+        if (width) out->level_s[calls - 2] = std::chrono::duration<double>(t - level_t0).count();
+        level_t0 = t;
+    };
     auto choose_width = [&](int level) {  // AutoBudgetPolicy.expand_width
-        const double t = now();
-        if (width) prices.observe(width, t - level_t0);
-        level_t0 = t, width = 0;
+        level_done();
         const int nb = (int)beam.size();
         if (in->budget != BUDGET_AUTO) return width = nb;
         std::vector<double> beam_p(nb);
         for (int r = 0; r < nb; ++r) beam_p[r] = std::exp((double)beam_vals[r]);
-        width = qt::best_width(pool_desc(), beam_p.data(), nb, in->rank_prob, k, t, prices, in->call_guess, in->tn,
+        width = qt::best_width(pool_desc(), beam_p.data(), nb, in->rank_prob, k, spent, prices, in->call_guess, in->tn,
                                in->total_tokens);
         if (width == 0 && in->explore_depth && level == 1) width = 1;
+        if (width) spent += prices.price(width, in->call_guess);
         return width;
     };
     for (int level = 1; level <= in->depth; ++level) {
@@ -103,11 +108,11 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
             a[s0 + j] = 1;
             std::memcpy(tree.data() + (size_t)j * (s0 + w), a, s0 + w);
         }
-        const auto t_step = std::chrono::steady_clock::now();
+        const auto t_step = clock::now();
         const int rc = qf_draft(m, toks.data(), beam_g.data(), D, w, cs.data(), sn.data(), in->kc, in->vc, in->cap,
                                 in->committed, in->committed + s0, tree.data(), g.data(), lp.data(), QT_TOPK,
                                 top_v.data(), top_i.data(), 0, in->threads);
-        head_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count();
+        head_s += std::chrono::duration<double>(clock::now() - t_step).count();
         if (rc != 0) return rc;
         used += w, ++calls;
         const int kc = std::min(k, V), first = n, depth = out->depths[beam[0]] + 1;
@@ -136,14 +141,13 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     out->n = n, out->n_beams = n_beams, out->draft_calls = calls, out->head_s = head_s;
     int keep_n = in->total_tokens;
     out->best_n = keep_n, out->expected = 1.0;
+    level_done();
     if (in->budget != BUDGET_EAGLE2) {  // AutoBudgetPolicy.keep: the N of the best rate (explored around)
-        const double t = now();
-        if (width) prices.observe(width, t - level_t0);
         double rate;
-        const int best_n = qt::best_rate(pool_desc(), t, in->tn, in->total_tokens, &rate);
+        const int best_n = qt::best_rate(pool_desc(), spent, in->tn, in->total_tokens, &rate);
         keep_n = in->explore == EXPLORE_DOUBLE ? std::min({in->total_tokens, n, std::max(2, 2 * best_n)})
                  : in->explore == EXPLORE_HALF ? std::max(1, best_n / 2) : best_n;
-        out->best_n = best_n, out->expected = rate * (t + in->tn[best_n - 1]);
+        out->best_n = best_n, out->expected = rate * (spent + in->tn[best_n - 1]);
     }
     qt::rerank(n, out->values, out->depths, out->parents, keep_n, out->kept);
     out->n_verify = qt::layout(n, out->kept, out->depths, out->parents, out->order, out->parent_pos, out->mask,
@@ -155,7 +159,7 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
 // beam [nb] (probabilities), rank_prob [k], prices [n_prices] by width (NaN: none), tn [max_n].
 int qf_best_width(const double* pool, int n_pool, const double* beam, int nb, const double* rank_prob, int k,
                   double spent, double* prices, int n_prices, double call_guess, const double* tn, int max_n) {
-    const qt::Prices p{prices, n_prices, 0.0};
+    const qt::Prices p{prices, n_prices};
     return qt::best_width(std::vector<double>(pool, pool + n_pool), beam, nb, rank_prob, k, spent, p, call_guess, tn,
                           max_n);
 }

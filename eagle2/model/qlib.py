@@ -141,15 +141,14 @@ class CTreeIn(ctypes.Structure):
                 ("committed", _i32), ("base_pos", _i32), ("cap", _i32), ("rope_rows", _i32),
                 ("kc", _ptr_t), ("vc", _ptr_t), ("cos", _ptr_t), ("sin", _ptr_t),
                 ("budget", _i32), ("explore_depth", _i32), ("explore", _i32), ("max_width", _i32),
-                ("spent0", _dbl), ("call_guess", _dbl), ("decay", _dbl),
-                ("tn", _ptr_t), ("rank_prob", _ptr_t), ("prices", _ptr_t), ("threads", _i32), ("pad_", _i32)]
+                ("call_guess", _dbl), ("tn", _ptr_t), ("rank_prob", _ptr_t), ("prices", _ptr_t), ("threads", _i32), ("pad_", _i32)]
 
 
 class CTreeOut(ctypes.Structure):
     _fields_ = [("cap_nodes", _i32), ("cap_verify", _i32), ("tokens", _ptr_t), ("parents", _ptr_t),
                 ("depths", _ptr_t), ("ranks", _ptr_t), ("logp", _ptr_t), ("values", _ptr_t), ("levels", _ptr_t),
                 ("kept", _ptr_t), ("beam", _ptr_t), ("rank_sum", _ptr_t), ("rank_count", _ptr_t), ("beam_len", _ptr_t),
-                ("order", _ptr_t), ("parent_pos", _ptr_t),
+                ("level_s", _ptr_t), ("order", _ptr_t), ("parent_pos", _ptr_t),
                 ("mask", _ptr_t), ("n", _i32), ("n_beams", _i32), ("draft_calls", _i32), ("n_verify", _i32),
                 ("best_n", _i32), ("pad_", _i32), ("expected", _dbl), ("head_s", _dbl)]
 

@@ -16,16 +16,12 @@
 
 namespace qt {
 
-// A draft call's seconds by its width, learnt from the calls made (auto.CallPrices): a running
-// mean per width (NaN: never seen), read between seen widths linearly and beyond them flat.
+// A draft call's seconds by its width as the caller has learnt them (auto.CallPrices, which learns
+// from the seconds qf_draft_tree returns): NaN where never seen, read between seen widths linearly
+// and beyond them flat. Read-only here: a cycle's choices depend on what it was given.
 struct Prices {
-    double* s;   // [n] seconds by width
+    const double* s;   // [n] seconds by width
     int n;
-    double decay;
-    void observe(int w, double sec) {
-        if (w <= 0 || w >= n) return;
-        s[w] = std::isnan(s[w]) ? sec : (1 - decay) * s[w] + decay * sec;
-    }
     double price(int w, double fallback) const {
         int lo = -1, hi = -1;
         for (int i = 1; i < n; ++i)

@@ -25,7 +25,7 @@ from .tree_modes import TREE_TOPK, BudgetInputs, Explore, TreeBudget, TreeCounts
 
 # the tree's arrays a call writes (tree_arrays' columns, QTreeOut's pointers in its order)
 TREE_COLUMNS = ("tokens", "parents", "depths", "ranks", "logp", "values", "levels", "kept", "beam", "rank_sum",
-                "rank_count", "beam_len", "order", "parent_pos", "mask")
+                "rank_count", "beam_len", "level_s", "order", "parent_pos", "mask")
 
 PRECISION = "q4_1"
 
@@ -309,6 +309,7 @@ class KernelDraft:
         out = {k: np.empty(nodes, dt) for k, dt in cls.TREE_COLUMNS.items()}
         out.update({k: np.empty(verify, dt) for k, dt in cls.VERIFY_COLUMNS.items()})
         out["beam_len"] = np.empty(depth + 1, np.int32)
+        out["level_s"] = np.empty(depth)
         out["rank_sum"], out["rank_count"] = np.empty(top_k), np.empty(top_k, np.int32)
         out["mask"] = np.empty(verify * verify, np.uint8)
         return out
@@ -321,7 +322,8 @@ class KernelDraft:
         choices, the rerank and the verification's layout) into `out` (tree_arrays). The root's
         reading: its feature `root_g` [D] and its best children `root_top` (log-probs, target ids),
         best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data for this
-        cycle (its prices updated in place). Returns the call's counts."""
+        cycle (read only: the seconds each level took come back in out["level_s"]). Returns the
+        call's counts."""
         cos, sin = self._rope
         self._check(cache)
         if root_g.numel() != self.args.dim or root_top[0].numel() != root_top[1].numel():
@@ -334,18 +336,18 @@ class KernelDraft:
         ids = root_top[1].to(torch.int64).contiguous()
         # EAGLE-2 as it is: the budget's fields at neutral values (the kernels do not read them then)
         b = budget or BudgetInputs(mode=TreeBudget.EAGLE2, tn=np.zeros(total_tokens), rank_prob=np.zeros(top_k),
-                                   prices=np.full(2, np.nan), spent0=0.0, call_guess=0.0, decay=0.0,
-                                   explore_depth=False, explore=Explore.BEST)
-        tn, ranks = (np.ascontiguousarray(x, dtype=np.float64) for x in (b.tn, b.rank_prob))
-        if len(tn) < total_tokens or len(ranks) < top_k or b.prices.dtype != np.float64 or not b.prices.flags.c_contiguous:
-            raise ValueError("the budget's tables are shorter than the tree's shape or not float64")
+                                   prices=np.full(2, np.nan), call_guess=0.0, explore_depth=False,
+                                   explore=Explore.BEST)
+        tn, ranks, prices = (np.ascontiguousarray(x, dtype=np.float64) for x in (b.tn, b.rank_prob, b.prices))
+        if len(tn) < total_tokens or len(ranks) < top_k or len(prices) < 2:
+            raise ValueError("the budget's tables are shorter than the tree's shape")
         cin = CTreeIn(root=root, root_g=g.data_ptr(), root_vals=vals.data_ptr(), root_ids=ids.data_ptr(),
                       n_root=vals.numel(), top_k=top_k, depth=depth, total_tokens=total_tokens,
                       committed=cache.length, base_pos=base_pos, cap=cache.max_len,
                       rope_rows=min(cos.shape[0], sin.shape[0]), kc=cache.k.data_ptr(), vc=cache.v.data_ptr(),
                       cos=cos.data_ptr(), sin=sin.data_ptr(), budget=int(b.mode), explore_depth=int(b.explore_depth),
-                      explore=int(b.explore), max_width=len(b.prices) - 1, spent0=b.spent0, call_guess=b.call_guess,
-                      decay=b.decay, tn=tn.ctypes.data, rank_prob=ranks.ctypes.data, prices=b.prices.ctypes.data,
+                      explore=int(b.explore), max_width=len(prices) - 1, call_guess=b.call_guess,
+                      tn=tn.ctypes.data, rank_prob=ranks.ctypes.data, prices=prices.ctypes.data,
                       threads=torch.get_num_threads())
         cout = CTreeOut(cap_nodes=len(out["tokens"]), cap_verify=len(out["order"]),
                         **{k: out[k].ctypes.data for k in TREE_COLUMNS})

@@ -33,14 +33,13 @@ class Explore(IntEnum):
 @dataclass(frozen=True)
 class BudgetInputs:
     """The auto budget's data for one cycle's call (QTreeIn's budget fields; policies/auto.py builds
-    it). The arrays are float64; `prices` is the policy's own, updated in place by the call."""
+    it): everything its choices depend on besides the head's outputs. The call reads them only; the
+    seconds each level took come back in the tree's `level_s` for the policy to learn prices from."""
     mode: TreeBudget
     tn: np.ndarray            # [>= total_tokens] t(N) for N = 1, 2, ...
     rank_prob: np.ndarray     # [>= top_k] a child's predicted draft probability by rank
     prices: np.ndarray        # [max_width + 1] a head call's price by width (NaN: not measured yet)
-    spent0: float             # the cycle's drafting seconds before the call
     call_guess: float         # a call's price before any width was measured
-    decay: float              # how far each new timing moves a price
     explore_depth: bool       # one call at least below the root's children this cycle
     explore: Explore          # which N to verify: the best, twice it or half of it
 

@@ -9,9 +9,14 @@ that maximises expected tokens per second, (1 + sum of the N-1 best node values)
 (t_draft + t(N)): node values approximate acceptance probabilities, so their sum estimates the
 accepted length. Before each draft call the budget predicts the values of the children of the
 beam's w best nodes (their values times the running mean draft probability of each child rank)
-and expands the w that makes the best rate once that call's measured price is paid, or stops.
-A call's price by its width is learnt from the calls it makes, starting from what the head took
-for the root's reading this cycle; the ranks' probabilities start from the root's own children.
+and expands the w that makes the best rate once that call's price is paid, or stops. A call's
+price by its width is learnt from the calls made in earlier cycles (before any, what the head took
+for the root's reading this cycle); the ranks' probabilities start from the root's own children.
+A cycle's choices are a function of what it starts from (t(N), the prices, the ranks'
+probabilities, the root's reading) and of the head's outputs: the time it counts as spent is the
+prices' prediction for the calls it has chosen, not a clock, and what its calls took is learnt
+once the cycle's tree is drafted. So the kernels' one-call drafting and the loop in
+policies/eagle2.py draw the same tree, node for node (tests/test_native_cycle.py).
 So the first cycle drafts what pays as any other, and no cycle explores the whole tree. Every
 EXPLORE_EVERY cycles the budget verifies one other N (twice the best, then half of it) and
 expands at least one level, so that a wrong prior for sizes it never chooses gets re-measured;
@@ -74,7 +79,7 @@ MAX_WIDTH = 64   # a beam is never wider than top_k's cap
 class CallPrices:
     """A draft call's seconds by its width, learnt from the calls made: a running mean per width,
     read between widths linearly and beyond them flat; before any call, `fallback`. One array by
-    width (NaN: not seen), which the kernels' drafting reads and updates in place as this does."""
+    width (NaN: not seen), which the kernels' drafting reads (qt::Prices, the same reading)."""
 
     def __init__(self, decay: float = 0.2):
         self.decay = decay
@@ -99,15 +104,16 @@ class CallPrices:
 class BudgetCycle:
     """What the budget reads and keeps during one cycle's drafting, gone with it (the policy keeps
     only what it learns across cycles)."""
-    clock: PhaseClock            # the cycle's (the decoder's time): prices and time spent read on it
-    t0: float                    # when the drafting started, on that clock
+    clock: PhaseClock            # the cycle's (the decoder's time): what each call took, read on it
     tn: np.ndarray               # t(N) for N = 1..total_tokens, read once a cycle
     call_guess: float            # a call's price before any was measured: what the root's reading took
     rank_prob: np.ndarray        # [top_k] a child's predicted draft probability by rank
     explore_depth: bool          # one call at least below the root's children this cycle
     explore: Explore             # verify the best N, twice it or half of it
+    spent: float = 0.0           # the prices' seconds for the calls chosen so far: the time the rule reads
     width: int = 0               # the width of the call in flight (0: none)
-    level_t0: float = 0.0        # when it was chosen
+    level_t0: float = 0.0        # when it was chosen, on the clock
+    took: list = field(default_factory=list)   # (width, seconds) of each call made: the prices' lesson
 
 
 @dataclass
@@ -183,8 +189,6 @@ class AutoBudgetPolicy(Eagle2Policy):
 
     def begin(self, runner) -> BudgetCycle:
         check(len(self.prior_times) >= 2, "The auto budget needs a measured t(N) at two N at least (prepare it).")
-        clock = runner.clock
-        t0 = clock.now()
         # before any call of its own, a call costs what the head took for the root's reading, and
         # a child of rank r is as likely as the root's own
         if self.rank_prob is not None:
@@ -195,34 +199,38 @@ class AutoBudgetPolicy(Eagle2Policy):
         k = self.stats["cycles"] % EXPLORE_EVERY
         explore = (Explore.BEST if not self.learn_costs else Explore.DOUBLE if k == 1
                    else Explore.HALF if k == 1 + EXPLORE_EVERY // 2 else Explore.BEST)
-        return BudgetCycle(clock=clock, t0=t0, tn=self.times.table(self.total_tokens), call_guess=runner.root_seconds,
+        return BudgetCycle(clock=runner.clock, tn=self.times.table(self.total_tokens), call_guess=runner.root_seconds,
                            rank_prob=ranks, explore_depth=self.learn_costs and k == EXPLORE_EVERY // 4,
                            explore=explore)
 
-    def expand_width(self, level, beam_values, tree, cyc=None) -> int:
+    @staticmethod
+    def _level_done(cyc: BudgetCycle) -> None:
+        """The call just made and its candidates: what a call of that width took (learnt at keep)."""
         now = cyc.clock.now()
-        if cyc.width:  # the call just made and its candidates: what a call of that width costs
-            self.prices.observe(cyc.width, now - cyc.level_t0)
+        if cyc.width:
+            cyc.took.append((cyc.width, now - cyc.level_t0))
         cyc.level_t0, cyc.width = now, 0
+
+    def expand_width(self, level, beam_values, tree, cyc=None) -> int:
+        self._level_done(cyc)
         if not self.adaptive_depth:
             cyc.width = len(beam_values)
             return cyc.width
-        spent = now - cyc.t0
         beam = np.exp(beam_values.double().cpu().numpy())
         children = beam[:, None] * cyc.rank_prob[None, : self.top_k]   # each beam node's children, predicted
         widths = [0] + sorted({min(w, len(beam)) for w in WIDTHS})
-        spent_s = np.array([spent] + [spent + self.prices.price(w, cyc.call_guess) for w in widths[1:]])
+        spent_s = np.array([cyc.spent] + [cyc.spent + self.prices.price(w, cyc.call_guess) for w in widths[1:]])
         rates = best_rates(self._pool_values(tree), children, widths, spent_s, cyc.tn, self.total_tokens)
         cyc.width = widths[int(np.argmax(rates))]  # the first of equal rates: the narrowest, or no call
         if cyc.width == 0 and cyc.explore_depth and level == 1:
             cyc.width = 1  # every EXPLORE_EVERY cycles one call at least: its price and ranks, re-measured
+        if cyc.width:
+            cyc.spent += self.prices.price(cyc.width, cyc.call_guess)
         return cyc.width
 
     def keep(self, tree: DraftTree, cyc=None) -> None:
-        now = cyc.clock.now()
-        if cyc.width:
-            self.prices.observe(cyc.width, now - cyc.level_t0)
-        spent = now - cyc.t0
+        self._level_done(cyc)
+        spent = cyc.spent
         best_n, rate = best_rate(self._pool_values(tree), spent, cyc.tn, self.total_tokens)
         n = self._explore(best_n, len(tree.tokens), cyc.explore)
         self.rerank(tree, n)
@@ -233,18 +241,18 @@ class AutoBudgetPolicy(Eagle2Policy):
                            minlength=self.top_k)
         tree.record = self._learn(cyc, sums, np.bincount(ranks[sel], minlength=self.top_k),
                                   [len(b) for b in tree.beam[:calls]], n, best_n,
-                                  float(rate * (spent + cyc.tn[best_n - 1])), tree.draft_calls)
+                                  float(rate * (spent + cyc.tn[best_n - 1])), tree.draft_calls, cyc.took)
 
     def draft_native(self, runner, root, cyc: BudgetCycle):
         """The same rule in the kernels' one call: they read this cycle's tables and the prices,
-        and update the prices as expand_width and keep do."""
+        and return what each call took, learnt here as keep learns it."""
         budget = BudgetInputs(mode=self.native_budget(), tn=cyc.tn, rank_prob=cyc.rank_prob, prices=self.prices.seconds,
-                              spent0=cyc.clock.now() - cyc.t0, call_guess=cyc.call_guess, decay=self.prices.decay,
-                              explore_depth=cyc.explore_depth, explore=cyc.explore)
+                              call_guess=cyc.call_guess, explore_depth=cyc.explore_depth, explore=cyc.explore)
         tree, r = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens, budget)
         c, calls = tree.cols, tree.draft_calls - 1
-        tree.record = self._learn(cyc, c["rank_sum"], c["rank_count"], c["beam_len"][:calls].tolist(),
-                                  r.n_verify, r.best_n, r.expected, tree.draft_calls)
+        widths = c["beam_len"][:calls].tolist()
+        tree.record = self._learn(cyc, c["rank_sum"], c["rank_count"], widths, r.n_verify, r.best_n, r.expected,
+                                  tree.draft_calls, list(zip(widths, c["level_s"][:calls].tolist())))
         return tree
 
     def _explore(self, best_n: int, pool: int, explore: Explore) -> int:
@@ -257,10 +265,13 @@ class AutoBudgetPolicy(Eagle2Policy):
         return best_n
 
     def _learn(self, cyc: BudgetCycle, rank_sum: np.ndarray, rank_count: np.ndarray, widths: list[int],
-               n: int, best_n: int, expected: float, draft_calls: int) -> AutoRecord:
+               n: int, best_n: int, expected: float, draft_calls: int, took: list) -> AutoRecord:
         """What the cycle teaches (the ranks' probabilities, from the draft probabilities of the
-        expanded nodes' children summed by rank) and reports (its record, the stats)."""
+        expanded nodes' children summed by rank; the prices, from what each call took: `took`,
+        (width, seconds) a call) and reports (its record, the stats)."""
         self._learn_ranks(cyc, rank_sum, rank_count)
+        for width, seconds in took:
+            self.prices.observe(int(width), float(seconds))
         st = self.stats
         st["explored"] += n != best_n
         st["cycles"] += 1
