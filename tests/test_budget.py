@@ -418,3 +418,22 @@ def test_a_budget_without_a_table_starts_from_an_estimate(sampling_setup, tmp_pa
     assert dec.generated == ref.generated
     measurer.request(bundle).result(timeout=120)   # the budget asked for a table: measured once quiet
     assert calibration.cached_times(bundle) != {int(k): v for k, v in IMPLAUSIBLE.items()}
+
+
+def test_acceptance_odds_find_the_shift_the_target_accepts_with():
+    """AcceptanceOdds fits the one number mapping draft values to acceptance: from nodes accepted
+    with odds twice their values' it finds about 2; from values that are right, about 1; and one
+    cycle of evidence moves it only part way (the prior holds it near the values)."""
+    from eagle2.policies.auto import AcceptanceOdds, calibrated
+    rng = np.random.default_rng(0)
+    for true_odds in (2.0, 1.0, 0.5):
+        fit = AcceptanceOdds(memory=1024)
+        for _ in range(256):   # cycles of 4 verified nodes
+            p = rng.uniform(0.01, 0.99, 4)
+            fit.observe(p.tolist(), (rng.uniform(size=4) < calibrated(p, true_odds)).tolist())
+        assert fit.odds == pytest.approx(true_odds, rel=0.25), true_odds
+    one = AcceptanceOdds(every=1)
+    one.observe([0.5], [True])
+    assert 1.0 < one.odds < 2.0
+    assert len(fit.p) == fit.memory   # the fit reads the last `memory` nodes
+    assert calibrated(np.array([0.0, 0.5, 1.0]), 3.0).tolist() == [0.0, 0.75, 1.0]

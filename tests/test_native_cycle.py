@@ -26,7 +26,8 @@ from eagle2.model import qlib
 from eagle2.model.llama import KVCache
 from eagle2.model.loading import load_bundle
 from eagle2.model.verify_times import LiveVerifyTimes
-from eagle2.policies.auto import EXPLORE_EVERY, WIDTHS, AutoBudgetNPolicy, AutoBudgetPolicy, CallPrices, best_rates
+from eagle2.policies.auto import (EXPLORE_EVERY, WIDTHS, AutoBudgetNPolicy, AutoBudgetPolicy, CallPrices, best_rates,
+                                  calibrated)
 from lossless_cases import greedy_tokens
 
 pytestmark = pytest.mark.skipif(qlib.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
@@ -120,8 +121,9 @@ def test_the_default_policy_drafts_the_same_tree_in_the_kernels(tiny_e3_sure, mo
             d = Decoder(tiny_e3_sure, _frozen_auto(monkeypatch), SamplingParams(), max_new_tokens=48, record=True)
             d.start(input_ids=prompt)
             d.generate()
-            runs.append((d.generated, [s.tree for s in d.trace.steps[1:]], d.policy.stats))
-        (out_n, native, stats_n), (out_p, python, stats_p) = runs
+            runs.append((d.generated, [s.tree for s in d.trace.steps[1:]], d.policy.stats, d.policy.acceptance.odds))
+        (out_n, native, stats_n, odds_n), (out_p, python, stats_p, odds_p) = runs
+        assert odds_n == odds_p != 1.0   # both calibrated their values alike, from the same acceptances
         assert out_n == out_p and len(native) == len(python) > EXPLORE_EVERY // 2
         for a, b in zip(native, python):
             ra, rb = a.record, b.record
@@ -193,9 +195,9 @@ def test_a_tree_too_big_for_the_kernels_is_drafted_in_python(tiny_e3):
 
 
 # ------------------------------------------------------------------ 2. the budget's width rule
-def _python_width(pool, beam, ranks, spent, prices: CallPrices, guess, tn, max_n) -> int:
+def _python_width(pool, beam, ranks, odds, spent, prices: CallPrices, guess, tn, max_n) -> int:
     """AutoBudgetPolicy.expand_width's weighing, on given probabilities."""
-    children = beam[:, None] * ranks[None, :]
+    children = calibrated(beam[:, None] * ranks[None, :], odds)
     widths = [0] + sorted({min(w, len(beam)) for w in WIDTHS})
     spent_s = np.array([spent] + [spent + prices.price(w, guess) for w in widths[1:]])
     return widths[int(np.argmax(best_rates(pool, children, widths, spent_s, tn, max_n)))]
@@ -216,8 +218,9 @@ def test_the_kernels_width_rule_is_the_budgets(tiny_e3):
             prices.observe(int(w), float(rng.uniform(1e-4, 2e-3)))
         tn = np.cumsum(rng.uniform(1e-4, 1e-3, max_n)) + 3e-3
         spent, guess = float(rng.uniform(0, 2e-3)), float(rng.uniform(1e-4, 1e-3))
-        want = _python_width(pool, beam, ranks, spent, prices, guess, tn, max_n)
-        got = lib.qf_best_width(ptr(pool), len(pool), ptr(beam), nb, ptr(ranks), k, spent, ptr(prices.seconds),
+        odds = float(np.exp(rng.uniform(-1, 1))) if case % 3 else 1.0
+        want = _python_width(pool, beam, ranks, odds, spent, prices, guess, tn, max_n)
+        got = lib.qf_best_width(ptr(pool), len(pool), ptr(beam), nb, ptr(ranks), k, odds, spent, ptr(prices.seconds),
                                 len(prices.seconds), guess, ptr(tn), max_n)
         assert got == want, f"case {case}"
         chosen.add(got)

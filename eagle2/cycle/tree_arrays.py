@@ -32,6 +32,11 @@ class TreeArrays:
         return self.n_verify
 
     @property
+    def values(self) -> np.ndarray:
+        """Every pool node's path value (log), as DraftTree.values holds them."""
+        return self.cols["values"][: self.n]
+
+    @property
     def root(self) -> int:
         return int(self.cols["tokens"][0])
 

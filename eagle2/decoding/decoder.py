@@ -248,6 +248,7 @@ class Decoder:
             return s, c
         # what t(N) measures: the forward and its inputs
         policy.observe(tree.n_kept, clock.spent["verify_inputs"] + clock.spent["target_forward"])
+        policy.observe_acceptance(tree, vb, path_pos)
         clock.lap("policy")
         # 5. Commit: keep the accepted nodes' K/V, give their features to the head next cycle; the
         #    bonus token becomes the next root.

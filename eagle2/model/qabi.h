@@ -71,6 +71,7 @@ struct QTreeIn {  // one cycle's drafting (qf_draft_tree): the root's reading, t
     int32_t explore;           // an Explore: the budget verifies the best N, twice it or half of it
     int32_t max_width;         // prices has max_width + 1 entries
     double call_guess;         // a call's price before any was measured
+    double odds;               // the acceptance odds' multiplier calibrating node values (1: none)
     const double* tn;          // [total_tokens] t(N) in seconds, N = 1, 2, ...
     const double* rank_prob;   // [top_k] a child's draft probability by its rank
     const double* prices;      // [max_width + 1] a call's seconds by width (NaN: none seen)

@@ -63,10 +63,10 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     // per calling thread, kept (a fresh half-megabyte each call cost its page faults every cycle)
     static thread_local std::vector<float> lp;
     if (lp.size() < (size_t)k * V) lp.resize((size_t)k * V);
-    // the pool's values as acceptance estimates, best first, and the beam's children predicted
+    // the pool's values as acceptance estimates (calibrated), best first
     auto pool_desc = [&] {
         std::vector<double> v(n - 1);
-        for (int i = 1; i < n; ++i) v[i - 1] = std::exp((double)out->values[i]);
+        for (int i = 1; i < n; ++i) v[i - 1] = qt::calibrated(std::exp((double)out->values[i]), in->odds);
         std::sort(v.begin(), v.end(), std::greater<double>());
         return v;
     };
@@ -81,8 +81,8 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
         if (in->budget != BUDGET_AUTO) return width = nb;
         std::vector<double> beam_p(nb);
         for (int r = 0; r < nb; ++r) beam_p[r] = std::exp((double)beam_vals[r]);
-        width = qt::best_width(pool_desc(), beam_p.data(), nb, in->rank_prob, k, spent, prices, in->call_guess, in->tn,
-                               in->total_tokens);
+        width = qt::best_width(pool_desc(), beam_p.data(), nb, in->rank_prob, k, in->odds, spent, prices,
+                               in->call_guess, in->tn, in->total_tokens);
         if (width == 0 && in->explore_depth && level == 1) width = 1;
         if (width) spent += prices.price(width, in->call_guess);
         return width;
@@ -155,13 +155,15 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     return out->n_verify < 0 ? -3 : 0;
 }
 
-// qt::best_width on given values (the tests hold it to auto.best_rates): pool [n_pool] best first,
+// qt::best_width on given values (the tests hold it to auto.best_rates): pool [n_pool] best first
+// (calibrated already),
 // beam [nb] (probabilities), rank_prob [k], prices [n_prices] by width (NaN: none), tn [max_n].
 int qf_best_width(const double* pool, int n_pool, const double* beam, int nb, const double* rank_prob, int k,
-                  double spent, double* prices, int n_prices, double call_guess, const double* tn, int max_n) {
+                  double odds, double spent, const double* prices, int n_prices, double call_guess, const double* tn,
+                  int max_n) {
     const qt::Prices p{prices, n_prices};
-    return qt::best_width(std::vector<double>(pool, pool + n_pool), beam, nb, rank_prob, k, spent, p, call_guess, tn,
-                          max_n);
+    return qt::best_width(std::vector<double>(pool, pool + n_pool), beam, nb, rank_prob, k, odds, spent, p, call_guess,
+                          tn, max_n);
 }
 
 // The accepted nodes' K/V kept in a cache of `planes` planes [cap, row_bytes] (qt::commit_rows).

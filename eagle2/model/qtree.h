@@ -36,6 +36,14 @@ struct Prices {
     }
 };
 
+// A draft path value's acceptance estimate once calibrated to what the target accepted: its odds
+// times `odds` (auto.AcceptanceOdds), p k / (p k + 1 - p); k = 1 is the value itself (EAGLE-2's
+// premise). Products and quotients only: numpy computes the same bits (policies/auto.py calibrated).
+inline double calibrated(double p, double odds) {
+    const double pk = p * odds;
+    return pk / (pk + (1.0 - p));
+}
+
 // The N <= max_n (the root and the N-1 best of `desc`, sorted best first) with the best expected
 // tokens per second (1 + their sum) / (spent + t(N)), the first of equal rates (auto.best_rate).
 inline int best_rate(const std::vector<double>& desc, double spent, const double* tn, int max_n, double* rate) {
@@ -54,11 +62,12 @@ inline int best_rate(const std::vector<double>& desc, double spent, const double
 // The beam width whose draft call makes the best rate, 0 for none (AutoBudgetPolicy.expand_width
 // and auto.best_rates): for each width w in {0} and {min(w, nb): w = 1, 2, 4, 8, 16}, the tree's
 // candidates are the pool's values (`pool`, best first) and the predicted children of the w best
-// beam nodes, beam[r] * rank_prob[j] (r < w, j < k), zeros after (a zero adds only time); the rate
+// beam nodes, calibrated(beam[r] * rank_prob[j]) (r < w, j < k), zeros after (a zero adds only time); the rate
 // is best_rate's at spent + the price of a call of width w. The first of equal rates wins (the
 // narrowest). The candidates are merged, not sorted again for each width.
 inline int best_width(const std::vector<double>& pool, const double* beam, int nb, const double* rank_prob, int k,
-                      double spent, const Prices& prices, double call_guess, const double* tn, int max_n) {
+                      double odds, double spent, const Prices& prices, double call_guess, const double* tn,
+                      int max_n) {
     std::vector<int> widths{0};
     for (int w : {1, 2, 4, 8, 16}) widths.push_back(std::min(w, nb));
     std::sort(widths.begin(), widths.end());
@@ -66,7 +75,7 @@ inline int best_width(const std::vector<double>& pool, const double* beam, int n
     std::vector<std::pair<double, int>> kids;  // (predicted value, its beam row), best first
     kids.reserve((size_t)widths.back() * k);
     for (int r = 0; r < widths.back(); ++r)
-        for (int j = 0; j < k; ++j) kids.emplace_back(beam[r] * rank_prob[j], r);
+        for (int j = 0; j < k; ++j) kids.emplace_back(calibrated(beam[r] * rank_prob[j], odds), r);
     std::stable_sort(kids.begin(), kids.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     const int m = std::min<int>((int)pool.size() + widths.back() * k + 1, max_n);
     int arg = 0;

@@ -336,7 +336,7 @@ class KernelDraft:
         ids = root_top[1].to(torch.int64).contiguous()
         # EAGLE-2 as it is: the budget's fields at neutral values (the kernels do not read them then)
         b = budget or BudgetInputs(mode=TreeBudget.EAGLE2, tn=np.zeros(total_tokens), rank_prob=np.zeros(top_k),
-                                   prices=np.full(2, np.nan), call_guess=0.0, explore_depth=False,
+                                   prices=np.full(2, np.nan), call_guess=0.0, odds=1.0, explore_depth=False,
                                    explore=Explore.BEST)
         tn, ranks, prices = (np.ascontiguousarray(x, dtype=np.float64) for x in (b.tn, b.rank_prob, b.prices))
         if len(tn) < total_tokens or len(ranks) < top_k or len(prices) < 2:
@@ -346,7 +346,7 @@ class KernelDraft:
                       committed=cache.length, base_pos=base_pos, cap=cache.max_len,
                       rope_rows=min(cos.shape[0], sin.shape[0]), kc=cache.k.data_ptr(), vc=cache.v.data_ptr(),
                       cos=cos.data_ptr(), sin=sin.data_ptr(), budget=int(b.mode), explore_depth=int(b.explore_depth),
-                      explore=int(b.explore), max_width=len(prices) - 1, call_guess=b.call_guess,
+                      explore=int(b.explore), max_width=len(prices) - 1, call_guess=b.call_guess, odds=b.odds,
                       tn=tn.ctypes.data, rank_prob=ranks.ctypes.data, prices=prices.ctypes.data,
                       threads=torch.get_num_threads())
         cout = CTreeOut(cap_nodes=len(out["tokens"]), cap_verify=len(out["order"]),

@@ -40,6 +40,7 @@ class BudgetInputs:
     rank_prob: np.ndarray     # [>= top_k] a child's predicted draft probability by rank
     prices: np.ndarray        # [max_width + 1] a head call's price by width (NaN: not measured yet)
     call_guess: float         # a call's price before any width was measured
+    odds: float               # the acceptance odds' multiplier calibrating node values (1: none)
     explore_depth: bool       # one call at least below the root's children this cycle
     explore: Explore          # which N to verify: the best, twice it or half of it
 

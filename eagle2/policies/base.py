@@ -96,6 +96,10 @@ class TreePolicy:
         """The decoder's timing of this cycle's verification (N tokens, root included): policies
         that budget by measured costs learn from it."""
 
+    def observe_acceptance(self, tree: DraftTree, vb: VerifyBatch, path_pos: list[int]) -> None:
+        """This cycle's verification: the tree, its verified nodes (vb) and the verify positions the
+        target accepted; policies that trust the draft's values learn from it."""
+
     # -- reporting
     @property
     def lossy(self) -> bool:
