@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from eagle2.cycle.series import PER_CYCLE, PRICING, Series
 
-from .common import new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
+from .common import figure, new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
 
 
@@ -191,35 +191,31 @@ def metrics_html(m: dict, lossy: dict | None = None, suggest: str | None = None,
 def race_chart(all_series: list[Series], height: int = 330) -> go.Figure:
     if not any(s["tokens"] for s in all_series):
         return empty_figure("The race starts with the first step.", height)
-    fig = new_figure()
-    for i, s in enumerate(all_series):
-        fig.add_trace(go.Scatter(
-            x=[0.0] + s["wall_s"], y=[0] + s["tokens"], mode="lines+markers", name=s["label"],
-            line=dict(color=colour(s, i), width=3, shape="hv"), marker=dict(size=5),
-            hovertemplate=f"{s['label']}<br>%{{y}} tokens after %{{x:.2f}} s<extra></extra>"))
-    fig.update_layout(**base_layout("Race: tokens vs compute time", height=height))
-    fig.update_xaxes(title="seconds (each decoder's own work)", rangemode="tozero")
-    fig.update_yaxes(title="tokens generated", rangemode="tozero")
-    return fig
+    traces = [dict(type="scatter", x=[0.0] + s["wall_s"], y=[0] + s["tokens"], mode="lines+markers", name=s["label"],
+                   line=dict(color=colour(s, i), width=3, shape="hv"), marker=dict(size=5),
+                   hovertemplate=f"{s['label']}<br>%{{y}} tokens after %{{x:.2f}} s<extra></extra>")
+              for i, s in enumerate(all_series)]
+    return figure(traces, **base_layout("Race: tokens vs compute time", height=height),
+                  xaxis=dict(title=dict(text="seconds (each decoder's own work)"), rangemode="tozero"),
+                  yaxis=dict(title=dict(text="tokens generated"), rangemode="tozero"))
 
 
 def speedup_chart(main: Series, others: list[Series], height: int = 330) -> go.Figure:
-    fig = new_figure()
-    any_data = False
+    traces, any_data = [], False
     for i, o in enumerate(others):
         xs, ys = speedup_series(main, o)
         any_data |= bool(xs)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"vs {o['label']}",
-                                 line=dict(color=colour(o, i), width=3), marker=dict(size=5),
-                                 hovertemplate=f"vs {o['label']}: %{{y:.2f}}× at %{{x}} tokens<extra></extra>"))
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines+markers", name=f"vs {o['label']}",
+                           line=dict(color=colour(o, i), width=3), marker=dict(size=5),
+                           hovertemplate=f"vs {o['label']}: %{{y:.2f}}× at %{{x}} tokens<extra></extra>"))
     if not any_data:
         return empty_figure("Speedups appear once two decoders have run.", height)
-    fig.add_hline(y=1.0, line=dict(color="#9ca3af", dash="dash", width=1))
-    fig.update_layout(**base_layout(f"Running speedup of {main['label']}", height=height))
     top = max(main["tokens"]) if main["tokens"] else 1
-    fig.update_xaxes(title="tokens generated", dtick=max(1, round(top / 8)) if top < 80 else None)
-    fig.update_yaxes(title="speedup (×)", rangemode="tozero")
-    return fig
+    even = dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0, y1=1.0,   # 1x: as fast as the other
+                line=dict(color="#9ca3af", dash="dash", width=1))
+    return figure(traces, **base_layout(f"Running speedup of {main['label']}", height=height), shapes=[even],
+                  xaxis=dict(title=dict(text="tokens generated"), dtick=max(1, round(top / 8)) if top < 80 else None),
+                  yaxis=dict(title=dict(text="speedup (×)"), rangemode="tozero"))
 
 
 def acceptance_histogram(all_series: list[Series], height: int = 330) -> go.Figure:

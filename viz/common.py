@@ -72,6 +72,13 @@ def new_figure() -> go.Figure:
     return go.Figure(layout=dict(template=TEMPLATE))
 
 
+def figure(data: list[dict], **layout) -> go.Figure:
+    """A figure made once from its traces (dicts, `type` naming each) and its whole layout: every
+    add_trace or update_layout on a Figure validates it again (about 5 ms apiece here; a tree drawn
+    that way took 60 ms of a Step, made at once 7 ms)."""
+    return go.Figure(data=data, layout=dict(template=TEMPLATE, **layout))
+
+
 # Advance widths (em) of printable ASCII in Arial / Liberation Sans, the metrics of the page's font
 # stack where Inter and Segoe UI are missing; text_px() pads them for the wider fonts.
 _EM = dict(zip(" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~",

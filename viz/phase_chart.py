@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from eagle2.cycle.series import Series
 from eagle2.phases import PHASE_TEXT, PHASES
 
-from .common import base_layout, new_figure
+from .common import base_layout, figure
 from .tree_graph import empty_figure
 
 # one colour per phase: the two forwards solid and dark, the work around them light
@@ -69,22 +69,18 @@ def phase_chart(all_series: list[Series], page_s: float | None = None, height: i
         return empty_figure("The split into phases appears once a decoder has run (traces recorded "
                             "before it was timed have none).", height)
     labels = [label for label, _ in bars][::-1]          # the first decoder on top
-    fig = new_figure()
     text = dict(PHASE_TEXT)
-    for p in PHASES:
-        xs = [ms[p] for _, ms in bars][::-1]
-        fig.add_trace(go.Bar(y=labels, x=xs, name=PHASE_LABELS[p], orientation="h",
-                             marker_color=PHASE_COLOURS[p],
-                             hovertemplate=f"%{{y}}: {PHASE_LABELS[p]} %{{x:.2f}} ms a token<br>"
-                                           f"{text[p]}<extra></extra>"))
+    traces = [dict(type="bar", y=labels, x=[ms[p] for _, ms in bars][::-1], name=PHASE_LABELS[p], orientation="h",
+                   marker=dict(color=PHASE_COLOURS[p]),
+                   hovertemplate=f"%{{y}}: {PHASE_LABELS[p]} %{{x:.2f}} ms a token<br>{text[p]}<extra></extra>")
+              for p in PHASES]
     main = all_series[0]
     tokens = main["tokens"][-1] if main["tokens"] else 0
     title = "Where the time goes: ms per token"
     if page_s is not None and tokens > 0:   # beside the bars, not among them: no decoder pays it
         title += f"<br><sup>+ the page's own work: {1000 * page_s / tokens:.0f} ms a token (preview, drawing)</sup>"
-    fig.update_layout(**base_layout(title, height=height, barmode="stack",
-                                    margin=dict(l=110, r=16, t=64, b=24),
-                                    legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12),
-                                                traceorder="normal")))
-    fig.update_xaxes(rangemode="tozero", ticksuffix=" ms")
-    return fig
+    return figure(traces, **base_layout(title, height=height, barmode="stack",
+                                        margin=dict(l=110, r=16, t=64, b=24),
+                                        legend=dict(orientation="h", yanchor="top", y=-0.12, x=0, font=dict(size=12),
+                                                    traceorder="normal")),
+                  xaxis=dict(rangemode="tozero", ticksuffix=" ms"))

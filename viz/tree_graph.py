@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import networkx as nx
 import plotly.graph_objects as go
 
-from .common import (new_figure, ACCEPT_COLOUR, CONFIDENCE_SCALE, DROPPED_COLOUR, base_layout, esc, fmt_p,
+from .common import (TEMPLATE, new_figure, ACCEPT_COLOUR, CONFIDENCE_SCALE, DROPPED_COLOUR, base_layout, esc, fmt_p,
                      p_of, show_ws, text_px, title_html, wrap_title)
 
 BONUS = "bonus"
@@ -334,18 +334,20 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
                       key=lambda v: (-(G.nodes[v]["logv"] or 0.0), str(v)))
     labels = plan_labels(G, pos, frame, sizes, extents, must, optional)
 
-    fig = new_figure()
+    # the traces as plain dicts, the figure made once from them and the whole layout: each
+    # add_trace and update_layout on a Figure re-validates it (5 ms apiece; a tree took 60 ms)
+    fig: list[dict] = []
     _add_edges(fig, G, pos, [v for v in pos if v in faded], "#e5e7eb", 0.8, "edges (dropped)")
     _add_edges(fig, G, pos, [v for v in pos if v not in faded and v not in labelled], "#cbd5e1", 0.8,
                "edges (unlabelled)")
     _add_edges(fig, G, pos, [v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
     if len(on_path) > 1:
-        fig.add_trace(go.Scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
-                                 mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
-                                 hoverinfo="skip", name="accepted path"))
+        fig.append(scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
+                           mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
+                           hoverinfo="skip", name="accepted path"))
     if faded:
         fn = sorted(faded, key=str)
-        fig.add_trace(go.Scatter(
+        fig.append(scatter(
             x=[pos[v][0] for v in fn], y=[pos[v][1] for v in fn], mode="markers", name="dropped by rerank",
             marker=dict(size=FADED_SIZE, color=DROPPED_COLOUR, opacity=SMALL_OPACITY, line=dict(width=0)),
             customdata=[str(v) for v in fn], hovertemplate="%{text}<extra></extra>",
@@ -367,8 +369,12 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
     if BONUS in pos and show_path:
         _add_end_token(fig, G, pos, BONUS, labels, "bonus token", ACCEPT_COLOUR,
                        dict(symbol="star", size=BONUS_SIZE, color=ACCEPT_COLOUR, line=dict(width=1, color="#7f1d1d")))
-    _finish_layout(fig, lines, frame)
-    return fig
+    return go.Figure(data=fig, layout=_layout(lines, frame))
+
+
+def scatter(**kw) -> dict:
+    """A scatter trace as Plotly reads it (validated once, when the figure is made)."""
+    return dict(type="scatter", **kw)
 
 
 def _add_edges(fig, G, pos, nodes, colour, width, name) -> None:
@@ -382,8 +388,8 @@ def _add_edges(fig, G, pos, nodes, colour, width, name) -> None:
         ys += [y0, y1, None]
     if not xs:   # an empty trace still costs the browser a layer to draw
         return
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
-                             hoverinfo="skip", name=name, showlegend=False))
+    fig.append(scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
+                       hoverinfo="skip", name=name, showlegend=False))
 
 
 def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list, str]:
@@ -397,7 +403,7 @@ def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list
 def _add_small_nodes(fig, G, pos, nodes, name, cvals) -> None:
     """Nodes drawn small, faded and unlabelled (an expansion's candidates left in the pool): they
     keep their colour, so their values still read against the labelled nodes', but recede."""
-    fig.add_trace(go.Scatter(
+    fig.append(scatter(
         x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers", name=name,
         customdata=[str(v) for v in nodes], hovertext=[_hover(G.nodes[v]) for v in nodes],
         hovertemplate="%{hovertext}<extra></extra>",
@@ -408,7 +414,7 @@ def _add_small_nodes(fig, G, pos, nodes, name, cvals) -> None:
 def _add_draft_nodes(fig, G, pos, main, labels, frame, cvals, ctitle) -> None:
     # the colour bar lies under the depth axis, across the plot's width: beside the plot it took a
     # fifth of a phone-wide figure, and inside it covered nodes
-    fig.add_trace(go.Scatter(
+    fig.append(scatter(
         x=[pos[v][0] for v in main], y=[pos[v][1] for v in main], mode="markers+text",
         name="draft nodes", customdata=[str(v) for v in main], showlegend=False,   # the colour bar names them
         text=[esc(labels[v][0]) if v in labels else "" for v in main],
@@ -430,7 +436,7 @@ def _add_rings(fig, G, pos, nodes, labels, name, colour, grow) -> None:
     with the labels of those nodes."""
     if not nodes:
         return
-    fig.add_trace(go.Scatter(
+    fig.append(scatter(
         x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers+text", name=name,
         customdata=[str(v) for v in nodes], hoverinfo="skip", cliponaxis=False,
         text=[esc(labels[v][0]) if v in labels else "" for v in nodes],
@@ -443,7 +449,7 @@ def _add_rings(fig, G, pos, nodes, labels, name, colour, grow) -> None:
 def _add_end_token(fig, G, pos, v, labels, name, colour, marker, legend: bool = True) -> None:
     """The root or the bonus token: a bold label and its own marker."""
     text, position = labels.get(v, ("", "middle right"))
-    fig.add_trace(go.Scatter(
+    fig.append(scatter(
         x=[pos[v][0]], y=[pos[v][1]], mode="markers+text", name=name, customdata=[str(v)],
         text=[esc(text)], textposition=position, cliponaxis=False,
         textfont=dict(size=END_SIZE, color=colour, shadow="auto", weight="bold"),
@@ -451,23 +457,25 @@ def _add_end_token(fig, G, pos, v, labels, name, colour, marker, legend: bool = 
         marker=marker, showlegend=legend))
 
 
-def _finish_layout(fig, lines: list, frame: Frame) -> None:
-    fig.update_layout(**base_layout(None, height=frame.height))
+def _layout(lines: list, frame: Frame) -> dict:
+    """The tree's whole layout, one dict."""
+    lay = dict(template=TEMPLATE, **base_layout(None, height=frame.height))
     if lines:
         # anchored by its first line's bottom, the lines under it run down into the margin reserved
         # for them (Plotly mis-places a multi-line title anchored at its top: the first line is cut)
-        fig.update_layout(title=dict(text=title_html(lines), x=0.01, xanchor="left", xref="container",
-                                     y=1.0 - 24.0 / frame.height, yanchor="bottom", yref="container",
-                                     pad=dict(t=0, b=0), font=dict(size=16)))
+        lay["title"] = dict(text=title_html(lines), x=0.01, xanchor="left", xref="container",
+                            y=1.0 - 24.0 / frame.height, yanchor="bottom", yref="container",
+                            pad=dict(t=0, b=0), font=dict(size=16))
     # the legend sits under the colour bar: above the plot it collided with long titles
-    fig.update_layout(margin=dict(l=MARGIN_X, r=MARGIN_X, t=frame.top, b=frame.bottom, autoexpand=False),
-                      hovermode="closest", dragmode="pan",
-                      legend=dict(orientation="h", yref="paper", yanchor="top", xanchor="left", x=0.0,
-                                  y=-(AXIS_PX + COLORBAR_PX) / frame.plot_h, font=dict(size=12),
-                                  itemwidth=30, tracegroupgap=0))
-    fig.update_xaxes(range=[frame.x0, frame.x1], dtick=1, title=dict(text="depth", font=dict(size=12), standoff=4),
-                     showgrid=True, gridcolor="#f1f5f9", zeroline=False, tickfont=dict(size=12), automargin=False)
-    fig.update_yaxes(range=[frame.rows + 0.5, -0.5], visible=False, automargin=False)
+    lay.update(margin=dict(l=MARGIN_X, r=MARGIN_X, t=frame.top, b=frame.bottom, autoexpand=False),
+               hovermode="closest", dragmode="pan",
+               legend=dict(orientation="h", yref="paper", yanchor="top", xanchor="left", x=0.0,
+                           y=-(AXIS_PX + COLORBAR_PX) / frame.plot_h, font=dict(size=12),
+                           itemwidth=30, tracegroupgap=0),
+               xaxis=dict(range=[frame.x0, frame.x1], dtick=1, title=dict(text="depth", font=dict(size=12), standoff=4),
+                          showgrid=True, gridcolor="#f1f5f9", zeroline=False, tickfont=dict(size=12), automargin=False),
+               yaxis=dict(range=[frame.rows + 0.5, -0.5], visible=False, automargin=False))
+    return lay
 
 
 def tree_title(step) -> str:
