@@ -36,7 +36,7 @@ import plotly.graph_objects as go
 
 from eagle2.model.verify_times import VerifyTimes
 
-from .common import ROLE_COLOURS, base_layout, decode_steps, new_figure, text_px
+from .common import ROLE_COLOURS, base_layout, decode_steps, figure, one_x, text_px
 from .tree_graph import empty_figure
 from .whatif import PriceTable
 
@@ -192,19 +192,19 @@ def acceptance_whatif_chart(steps, table: PriceTable | None, a: float = DEFAULT_
     table = table or forwards_table()
     ks = list(range(1, k_max + 1))
     top, any_ = depth_counts(steps)
-    fig = new_figure()
+    traces = []
 
     def model_trace(av: float, name: str, dash: str, colour: str, width: float) -> list[float]:
         ys = [chain_speedup(av, k, table) for k in ks]
         info = [[chain_tokens(av, k), av ** k, chain_cost(k, table)] for k in ks]
-        fig.add_trace(go.Scatter(
-            x=ks, y=ys, mode="lines", name=name, line=dict(color=colour, dash=dash, width=width), customdata=info,
+        traces.append(dict(
+            type="scatter", x=ks, y=ys, mode="lines", name=name, line=dict(color=colour, dash=dash, width=width), customdata=info,
             hovertemplate=(f"<b>model, a = {av:.2f}</b>, K = %{{x}}<br>%{{customdata[0]:.2f}} tokens a cycle "
                            "(guess K adds %{customdata[1]:.2f})<br>a cycle costs %{customdata[2]:.2f}·t(1)"
                            " → %{y:.2f}× plain<extra></extra>")))
         return ys
 
-    ys_all = model_trace(a, f"model, a = {a:.2f} (slider)", "solid", MODEL_COLOUR, 3.5)
+    ys_all = list(model_trace(a, f"model, a = {a:.2f} (slider)", "solid", MODEL_COLOUR, 3.5))
     run_a, rates = top.pooled(), top.rates()
     if run_a is not None:
         ys_all += model_trace(run_a, f"model, this run's a = {run_a:.2f}", "dot", RUN_COLOUR, 2.5)
@@ -213,8 +213,8 @@ def acceptance_whatif_chart(steps, table: PriceTable | None, a: float = DEFAULT_
         mk = ks[:len(meas)]
         my = [e / chain_cost(k, table) for k, e in zip(mk, meas)]
         info = [[rates[k - 1], top.accepted[k - 1], top.tried[k - 1], e] for k, e in zip(mk, meas)]
-        fig.add_trace(go.Scatter(
-            x=mk, y=my, mode="markers", name="measured, this run", customdata=info,
+        traces.append(dict(
+            type="scatter", x=mk, y=my, mode="markers", name="measured, this run", customdata=info,
             marker=dict(size=13, color=RUN_COLOUR, line=dict(color="white", width=2)),
             hovertemplate=(f"<b>measured, this run</b> ({label}), K = %{{x}}<br>its top guess at depth %{{x}} "
                            "was accepted %{customdata[1]} of %{customdata[2]} times (%{customdata[0]:.0%})<br>"
@@ -223,8 +223,8 @@ def acceptance_whatif_chart(steps, table: PriceTable | None, a: float = DEFAULT_
         ys_all += my
     kb = best_k(a, table, k_max)
     sb = chain_speedup(a, kb, table)
-    fig.add_trace(go.Scatter(
-        x=[kb], y=[sb], mode="markers", name=f"best K at a = {a:.2f}: {kb}",   # in the legend: a label
+    traces.append(dict(
+        type="scatter", x=[kb], y=[sb], mode="markers", name=f"best K at a = {a:.2f}: {kb}",   # in the legend: a label
         marker=dict(symbol="star", size=20, color=MODEL_COLOUR, line=dict(color="white", width=1)),  # would hide dots
         cliponaxis=False, hovertemplate=f"best K at a = {a:.2f}: {kb}, {sb:.2f}× plain<extra></extra>"))
 
@@ -250,11 +250,10 @@ def acceptance_whatif_chart(steps, table: PriceTable | None, a: float = DEFAULT_
     lay["title"].update(y=1, yref="container", yanchor="top", pad=dict(t=12))
     lay["margin"] = dict(l=52, r=16, t=top_px, b=bottom_px)
     lay["legend"] = dict(orientation="h", y=-66 / height, yanchor="top", xanchor="left", x=0, font=dict(size=13))
-    fig.add_annotation(text="<br>".join(lines), xref="paper", yref="paper", x=0, y=1, xanchor="left",
-                       yanchor="bottom", xshift=-40, yshift=8, align="left", showarrow=False,
-                       font=dict(size=CAPTION_SIZE, color="#374151"))
-    fig.update_layout(**lay, showlegend=True)
-    fig.update_xaxes(title="K: draft tokens in the chain", dtick=1, range=[0.5, k_max + 0.5])
-    fig.update_yaxes(title="speedup over plain", range=[0, 1.18 * max(ys_all + [1.0])], ticksuffix="×")
-    fig.add_hline(y=1.0, line=dict(color="#374151", dash="dash", width=1.5), layer="below")
-    return fig
+    caption = dict(text="<br>".join(lines), xref="paper", yref="paper", x=0, y=1, xanchor="left",
+                   yanchor="bottom", xshift=-40, yshift=8, align="left", showarrow=False,
+                   font=dict(size=CAPTION_SIZE, color="#374151"))
+    return figure(traces, **lay, showlegend=True, annotations=[caption], shapes=[one_x()],
+                  xaxis=dict(title=dict(text="K: draft tokens in the chain"), dtick=1, range=[0.5, k_max + 0.5]),
+                  yaxis=dict(title=dict(text="speedup over plain"), range=[0, 1.18 * max(ys_all + [1.0])],
+                             ticksuffix="×"))

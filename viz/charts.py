@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from eagle2.cycle.series import PER_CYCLE, PRICING, Series
 
-from .common import figure, new_figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
+from .common import figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
 
 
@@ -223,17 +223,15 @@ def acceptance_histogram(all_series: list[Series], height: int = 330) -> go.Figu
     if not drafted:
         return empty_figure("No drafted cycles yet.", height)
     top = max(max(s["accepted"]) for s in drafted)
-    fig = new_figure()
+    traces = []
     for i, s in enumerate(drafted):
         counts = np.bincount(s["accepted"], minlength=top + 1)
-        share = counts / counts.sum()
-        fig.add_trace(go.Bar(x=list(range(top + 1)), y=share, name=s["label"], marker_color=colour(s, i),
-                             customdata=counts,
-                             hovertemplate=f"{s['label']}: %{{customdata}} cycles accepted %{{x}}<extra></extra>"))
-    fig.update_layout(**base_layout("Accepted draft tokens per cycle", height=height), barmode="group")
-    fig.update_xaxes(title="accepted (bonus excluded)", dtick=1)
-    fig.update_yaxes(title="share of cycles", rangemode="tozero", tickformat=".0%")
-    return fig
+        traces.append(dict(type="bar", x=list(range(top + 1)), y=counts / counts.sum(), name=s["label"],
+                           marker=dict(color=colour(s, i)), customdata=counts,
+                           hovertemplate=f"{s['label']}: %{{customdata}} cycles accepted %{{x}}<extra></extra>"))
+    return figure(traces, **base_layout("Accepted draft tokens per cycle", height=height), barmode="group",
+                  xaxis=dict(title=dict(text="accepted (bonus excluded)"), dtick=1),
+                  yaxis=dict(title=dict(text="share of cycles"), rangemode="tozero", tickformat=".0%"))
 
 
 def calibration_data(steps, bins: int = 10) -> pd.DataFrame:
@@ -268,27 +266,25 @@ def calibration_chart(steps, height: int = 330) -> go.Figure:
     df = calibration_data(steps)
     if df.empty:
         return empty_figure("Calibration fills in as cycles are verified.", height)
-    fig = new_figure()
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
-                             line=dict(color="#9ca3af", dash="dash", width=1), hoverinfo="skip"))
+    traces = [dict(type="scatter", x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
+                   line=dict(color="#9ca3af", dash="dash", width=1), hoverinfo="skip")]
     styles = {"path value": (ROLE_COLOURS["main"], "circle"), "draft prob": (ACCEPT_COLOUR, "diamond")}
     for kind, (c, sym) in styles.items():
         d = df[df["kind"] == kind]
         if d.empty:
             continue
         size = 7 + 12 * np.sqrt(d["count"] / d["count"].max())
-        fig.add_trace(go.Scatter(
-            x=d["mean_confidence"], y=d["rate"], mode="lines+markers", name=kind,
+        traces.append(dict(
+            type="scatter", x=d["mean_confidence"], y=d["rate"], mode="lines+markers", name=kind,
             line=dict(color=c, width=2), marker=dict(size=size, symbol=sym, color=c),
             customdata=np.stack([d["lo"], d["hi"], d["count"], d["accepted"]], axis=1),
             hovertemplate=(f"{kind} in [%{{customdata[0]:.1f}}, %{{customdata[1]:.1f}})<br>"
                            "%{customdata[3]} of %{customdata[2]} accepted = %{y:.0%}<extra></extra>")))
-    fig.update_layout(**base_layout("Calibration: confidence vs acceptance", height=height))
-    fig.update_layout(legend=dict(orientation="v", x=0.02, y=0.98, xanchor="left", yanchor="top",
-                                  bgcolor="rgba(255,255,255,0.8)"))
-    fig.update_xaxes(title="draft confidence (bin mean)", range=[-0.02, 1.02])
-    fig.update_yaxes(title="observed acceptance rate", range=[-0.02, 1.05], tickformat=".0%")
-    return fig
+    lay = base_layout("Calibration: confidence vs acceptance", height=height)
+    lay["legend"] = dict(lay["legend"], orientation="v", x=0.02, y=0.98, xanchor="left", yanchor="top",
+                         bgcolor="rgba(255,255,255,0.8)")
+    return figure(traces, **lay, xaxis=dict(title=dict(text="draft confidence (bin mean)"), range=[-0.02, 1.02]),
+                  yaxis=dict(title=dict(text="observed acceptance rate"), range=[-0.02, 1.05], tickformat=".0%"))
 
 
 def depth_acceptance(s: Series) -> list[float]:
@@ -304,12 +300,11 @@ def depth_chart(all_series: list[Series], height: int = 330) -> go.Figure:
     drafted = [s for s in all_series if s["accepted"]]
     if not drafted:
         return empty_figure("No drafted cycles yet.", height)
-    fig = new_figure()
+    traces = []
     for i, s in enumerate(drafted):
         r = depth_acceptance(s)
-        fig.add_trace(go.Bar(x=list(range(1, len(r) + 1)), y=r, name=s["label"], marker_color=colour(s, i),
-                             hovertemplate=f"{s['label']}: %{{y:.0%}} of cycles reached depth %{{x}}<extra></extra>"))
-    fig.update_layout(**base_layout("Acceptance by depth", height=height), barmode="group")
-    fig.update_xaxes(title="depth", dtick=1)
-    fig.update_yaxes(title="cycles accepted to this depth", range=[0, 1.05], tickformat=".0%")
-    return fig
+        traces.append(dict(type="bar", x=list(range(1, len(r) + 1)), y=r, name=s["label"], marker=dict(color=colour(s, i)),
+                           hovertemplate=f"{s['label']}: %{{y:.0%}} of cycles reached depth %{{x}}<extra></extra>"))
+    return figure(traces, **base_layout("Acceptance by depth", height=height), barmode="group",
+                  xaxis=dict(title=dict(text="depth"), dtick=1),
+                  yaxis=dict(title=dict(text="cycles accepted to this depth"), range=[0, 1.05], tickformat=".0%"))

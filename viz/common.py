@@ -72,6 +72,12 @@ def new_figure() -> go.Figure:
     return go.Figure(layout=dict(template=TEMPLATE))
 
 
+def one_x() -> dict:
+    """The dashed line at 1x across a speedup chart, under its bars and lines."""
+    return dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0, y1=1.0,
+                line=dict(color="#374151", dash="dash", width=1.5), layer="below")
+
+
 def figure(data: list[dict], **layout) -> go.Figure:
     """A figure made once from its traces (dicts, `type` naming each) and its whole layout: every
     add_trace or update_layout on a Figure validates it again (about 5 ms apiece here; a tree drawn

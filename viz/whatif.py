@@ -27,7 +27,7 @@ from eagle2.model.verify_times import RECORD_KEY, VerifyTimes
 from eagle2.cycle.series import Series, series
 
 from .charts import colour, priced, speedup_series
-from .common import base_layout, new_figure
+from .common import base_layout, figure, one_x
 from .tree_graph import empty_figure
 
 GPU_FLAT_UP_TO = 64       # the modelled GPU verifies up to this many tokens for the price of one
@@ -179,8 +179,7 @@ def whatif_chart(all_series: list[Series], tables: list[PriceTable | None], heig
     walls = {s["label"]: (speedup_series(s, plain)[1] or [None])[-1] if plain else None for s, _, _ in priced}
     with_wall = any(w is not None for w in walls.values())
     cats = ([WALL_CATEGORY] if with_wall else []) + [_category(t) for t in tables]
-    fig = new_figure()
-    top = 1.0
+    traces, top = [], 1.0
     for s, i, ps in priced:
         ys = ([walls[s["label"]]] if with_wall else []) + [p["speedup"] for p in ps]
         kinds = (["wall"] if with_wall else []) + [t.source for t in tables]
@@ -189,10 +188,10 @@ def whatif_chart(all_series: list[Series], tables: list[PriceTable | None], heig
               f"{p['cycles']} cycles · per cycle: verifying N ≈ {p['mean_n']:.0f} costs "
               f"{p['verify_per_cycle']:.2f}·t(1), drafting {p['draft_per_cycle']:.2f}·t(1), "
               f"for {p['tokens_per_cycle']:.2f} tokens"] for p in ps]
-        fig.add_trace(go.Bar(
-            x=cats, y=ys, name=s["label"], marker_color=colour(s, i),
-            marker_opacity=[0.45 if k == "wall" else 1.0 for k in kinds],
-            marker_pattern_shape=["/" if k == "model" else "" for k in kinds],
+        traces.append(dict(
+            type="bar", x=cats, y=ys, name=s["label"],
+            marker=dict(color=colour(s, i), opacity=[0.45 if k == "wall" else 1.0 for k in kinds],
+                        pattern=dict(shape=["/" if k == "model" else "" for k in kinds])),
             text=["" if y is None else f"{y:.2f}×" for y in ys], textposition="outside", textfont=dict(size=14),
             constraintext="none", cliponaxis=False, customdata=info,
             hovertemplate=(f"<b>{s['label']}</b>: %{{y:.2f}}× plain<br>%{{customdata[0]}}<br>%{{customdata[1]}}"
@@ -207,10 +206,8 @@ def whatif_chart(all_series: list[Series], tables: list[PriceTable | None], heig
     lay["margin"] = dict(l=44, r=12, t=62 + 16 * len(notes), b=80)
     lay["legend"] = dict(orientation="h", yanchor="top", y=-0.12 - 60 / height, xanchor="left", x=0,
                          font=dict(size=13))
-    fig.add_annotation(text="<br>".join(notes), xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom",
-                       xshift=-32, yshift=10, align="left", showarrow=False, font=dict(size=12, color="#374151"))
-    fig.update_layout(**lay, barmode="group", bargap=0.25, bargroupgap=0.06, showlegend=True)
-    fig.update_xaxes(tickfont=dict(size=13), tickangle=0)
-    fig.update_yaxes(range=[0, 1.2 * top], ticksuffix="×")
-    fig.add_hline(y=1.0, line=dict(color="#374151", dash="dash", width=1.5), layer="below")
-    return fig
+    note = dict(text="<br>".join(notes), xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom",
+                xshift=-32, yshift=10, align="left", showarrow=False, font=dict(size=12, color="#374151"))
+    return figure(traces, **lay, barmode="group", bargap=0.25, bargroupgap=0.06, showlegend=True,
+                  annotations=[note], shapes=[one_x()], xaxis=dict(tickfont=dict(size=13), tickangle=0),
+                  yaxis=dict(range=[0, 1.2 * top], ticksuffix="×"))
