@@ -9,20 +9,19 @@ that maximises expected tokens per second, (1 + sum of the N-1 best node values)
 (t_draft + t(N)): node values approximate acceptance probabilities, so their sum estimates the
 accepted length, once calibrated to what the target accepts (AcceptanceOdds: this head's values
 were measured underconfident, a value of 0.55 accepted 70% of the time). Before each draft call
-the budget predicts the values of the children of the
-beam's w best nodes (their values times the running mean draft probability of each child rank)
-and expands the w that makes the best rate once that call's price is paid, or stops. A call's
-price by its width is learnt from the calls made in earlier cycles (before any, what the head took
-for the root's reading this cycle); the ranks' probabilities start from the root's own children.
-A cycle's choices are a function of what it starts from (t(N), the prices, the ranks'
-probabilities, the root's reading) and of the head's outputs: the time it counts as spent is the
-prices' prediction for the calls it has chosen, not a clock, and what its calls took is learnt
-once the cycle's tree is drafted. So the kernels' one-call drafting and the loop in
-policies/eagle2.py draw the same tree, node for node (tests/test_native_cycle.py).
-So the first cycle drafts what pays as any other, and no cycle explores the whole tree. Every
-EXPLORE_EVERY cycles the budget verifies one other N (twice the best, then half of it) and
-expands at least one level, so that a wrong prior for sizes it never chooses gets re-measured;
-any N is lossless, so exploring costs only time.
+the budget predicts the values of the children of the beam's w best nodes (their values times the
+running mean draft probability of each child rank) and expands the w that makes the best rate
+once that call's price is paid, or stops. A call's price by its width is learnt from the calls
+made in earlier cycles (before any, what the head took for the root's reading this cycle); the
+ranks' probabilities start from the root's own children. So the first cycle drafts what pays as
+any other, and no cycle explores the whole tree. A cycle's choices are a function of what it
+starts from (t(N), the prices, the ranks' probabilities, the calibration, the root's reading) and
+of the head's outputs: the time it counts as spent is the prices' prediction for the calls it has
+chosen, not a clock, and what its calls took is learnt once the cycle's tree is drafted; so the
+kernels' one-call drafting and the loop in policies/eagle2.py draw the same tree, node for node
+(tests/test_native_cycle.py). Every EXPLORE_EVERY cycles the budget verifies one other N (twice
+the best, then half of it) and expands at least one level, so that a wrong prior for sizes it
+never chooses gets re-measured; any N is lossless, so exploring costs only time.
 """
 from __future__ import annotations
 
