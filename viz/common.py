@@ -68,10 +68,6 @@ TEMPLATE = go.layout.Template(layout=dict(
     xaxis=_AXIS, yaxis=_AXIS))
 
 
-def new_figure() -> go.Figure:
-    return go.Figure(layout=dict(template=TEMPLATE))
-
-
 def one_x() -> dict:
     """The dashed line at 1x across a speedup chart, under its bars and lines."""
     return dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0, y1=1.0,

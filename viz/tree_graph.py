@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import networkx as nx
 import plotly.graph_objects as go
 
-from .common import (TEMPLATE, new_figure, ACCEPT_COLOUR, CONFIDENCE_SCALE, DROPPED_COLOUR, base_layout, esc, fmt_p,
+from .common import (figure, ACCEPT_COLOUR, CONFIDENCE_SCALE, DROPPED_COLOUR, base_layout, esc, fmt_p,
                      p_of, show_ws, text_px, title_html, wrap_title)
 
 BONUS = "bonus"
@@ -336,18 +336,18 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
 
     # the traces as plain dicts, the figure made once from them and the whole layout: each
     # add_trace and update_layout on a Figure re-validates it (5 ms apiece; a tree took 60 ms)
-    fig: list[dict] = []
-    _add_edges(fig, G, pos, [v for v in pos if v in faded], "#e5e7eb", 0.8, "edges (dropped)")
-    _add_edges(fig, G, pos, [v for v in pos if v not in faded and v not in labelled], "#cbd5e1", 0.8,
+    traces: list[dict] = []
+    _add_edges(traces, G, pos, [v for v in pos if v in faded], "#e5e7eb", 0.8, "edges (dropped)")
+    _add_edges(traces, G, pos, [v for v in pos if v not in faded and v not in labelled], "#cbd5e1", 0.8,
                "edges (unlabelled)")
-    _add_edges(fig, G, pos, [v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
+    _add_edges(traces, G, pos, [v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
     if len(on_path) > 1:
-        fig.append(scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
+        traces.append(scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
                            mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
                            hoverinfo="skip", name="accepted path"))
     if faded:
         fn = sorted(faded, key=str)
-        fig.append(scatter(
+        traces.append(scatter(
             x=[pos[v][0] for v in fn], y=[pos[v][1] for v in fn], mode="markers", name="dropped by rerank",
             marker=dict(size=FADED_SIZE, color=DROPPED_COLOUR, opacity=SMALL_OPACITY, line=dict(width=0)),
             customdata=[str(v) for v in fn], hovertemplate="%{text}<extra></extra>",
@@ -356,20 +356,20 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
                      key=lambda v: (pos[v][0], pos[v][1]))
     small = [v for v in drafted if v not in labelled]
     if small:   # under the labelled nodes, which are drawn over them
-        _add_small_nodes(fig, G, pos, small, small_name,
+        _add_small_nodes(traces, G, pos, small, small_name,
                          _node_colours(G, small, colour_by, colour_values, colour_title)[0])
     main = [v for v in drafted if v in labelled]
     if main:
-        _add_draft_nodes(fig, G, pos, main, {v: t for v, t in labels.items() if v not in ringed}, frame,
+        _add_draft_nodes(traces, G, pos, main, {v: t for v, t in labels.items() if v not in ringed}, frame,
                          *_node_colours(G, main, colour_by, colour_values, colour_title))
-    _add_rings(fig, G, pos, rings, labels, ring_name, "#059669", RING_GROW["selected"])
-    _add_rings(fig, G, pos, path_rings, labels, "accepted", ACCEPT_COLOUR, RING_GROW["accepted"])
-    _add_end_token(fig, G, pos, 0, labels, "root", "#111827", dict(symbol="square", size=ROOT_SIZE, color="#111827"),
+    _add_rings(traces, G, pos, rings, labels, ring_name, "#059669", RING_GROW["selected"])
+    _add_rings(traces, G, pos, path_rings, labels, "accepted", ACCEPT_COLOUR, RING_GROW["accepted"])
+    _add_end_token(traces, G, pos, 0, labels, "root", "#111827", dict(symbol="square", size=ROOT_SIZE, color="#111827"),
                    legend=False)
     if BONUS in pos and show_path:
-        _add_end_token(fig, G, pos, BONUS, labels, "bonus token", ACCEPT_COLOUR,
+        _add_end_token(traces, G, pos, BONUS, labels, "bonus token", ACCEPT_COLOUR,
                        dict(symbol="star", size=BONUS_SIZE, color=ACCEPT_COLOUR, line=dict(width=1, color="#7f1d1d")))
-    return go.Figure(data=fig, layout=_layout(lines, frame))
+    return figure(traces, **_layout(lines, frame))
 
 
 def scatter(**kw) -> dict:
@@ -377,7 +377,7 @@ def scatter(**kw) -> dict:
     return dict(type="scatter", **kw)
 
 
-def _add_edges(fig, G, pos, nodes, colour, width, name) -> None:
+def _add_edges(traces, G, pos, nodes, colour, width, name) -> None:
     xs, ys = [], []
     for v in nodes:
         preds = list(G.predecessors(v))
@@ -388,7 +388,7 @@ def _add_edges(fig, G, pos, nodes, colour, width, name) -> None:
         ys += [y0, y1, None]
     if not xs:   # an empty trace still costs the browser a layer to draw
         return
-    fig.append(scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
+    traces.append(scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
                        hoverinfo="skip", name=name, showlegend=False))
 
 
@@ -400,10 +400,10 @@ def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list
     return [G.nodes[v]["pv"] for v in main], "path value"
 
 
-def _add_small_nodes(fig, G, pos, nodes, name, cvals) -> None:
+def _add_small_nodes(traces, G, pos, nodes, name, cvals) -> None:
     """Nodes drawn small, faded and unlabelled (an expansion's candidates left in the pool): they
     keep their colour, so their values still read against the labelled nodes', but recede."""
-    fig.append(scatter(
+    traces.append(scatter(
         x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers", name=name,
         customdata=[str(v) for v in nodes], hovertext=[_hover(G.nodes[v]) for v in nodes],
         hovertemplate="%{hovertext}<extra></extra>",
@@ -411,10 +411,10 @@ def _add_small_nodes(fig, G, pos, nodes, name, cvals) -> None:
                     opacity=SMALL_OPACITY, line=dict(width=0.6, color="#475569"))))   # the palest value stays visible
 
 
-def _add_draft_nodes(fig, G, pos, main, labels, frame, cvals, ctitle) -> None:
+def _add_draft_nodes(traces, G, pos, main, labels, frame, cvals, ctitle) -> None:
     # the colour bar lies under the depth axis, across the plot's width: beside the plot it took a
     # fifth of a phone-wide figure, and inside it covered nodes
-    fig.append(scatter(
+    traces.append(scatter(
         x=[pos[v][0] for v in main], y=[pos[v][1] for v in main], mode="markers+text",
         name="draft nodes", customdata=[str(v) for v in main], showlegend=False,   # the colour bar names them
         text=[esc(labels[v][0]) if v in labels else "" for v in main],
@@ -431,12 +431,12 @@ def _add_draft_nodes(fig, G, pos, main, labels, frame, cvals, ctitle) -> None:
                                   ticklabeloverflow="allow"))))
 
 
-def _add_rings(fig, G, pos, nodes, labels, name, colour, grow) -> None:
+def _add_rings(traces, G, pos, nodes, labels, name, colour, grow) -> None:
     """Open circles around nodes (selected for expansion, or accepted), `grow` px past the node,
     with the labels of those nodes."""
     if not nodes:
         return
-    fig.append(scatter(
+    traces.append(scatter(
         x=[pos[v][0] for v in nodes], y=[pos[v][1] for v in nodes], mode="markers+text", name=name,
         customdata=[str(v) for v in nodes], hoverinfo="skip", cliponaxis=False,
         text=[esc(labels[v][0]) if v in labels else "" for v in nodes],
@@ -446,10 +446,10 @@ def _add_rings(fig, G, pos, nodes, labels, name, colour, grow) -> None:
                     color=colour, line=dict(width=3, color=colour))))
 
 
-def _add_end_token(fig, G, pos, v, labels, name, colour, marker, legend: bool = True) -> None:
+def _add_end_token(traces, G, pos, v, labels, name, colour, marker, legend: bool = True) -> None:
     """The root or the bonus token: a bold label and its own marker."""
     text, position = labels.get(v, ("", "middle right"))
-    fig.append(scatter(
+    traces.append(scatter(
         x=[pos[v][0]], y=[pos[v][1]], mode="markers+text", name=name, customdata=[str(v)],
         text=[esc(text)], textposition=position, cliponaxis=False,
         textfont=dict(size=END_SIZE, color=colour, shadow="auto", weight="bold"),
@@ -459,7 +459,7 @@ def _add_end_token(fig, G, pos, v, labels, name, colour, marker, legend: bool = 
 
 def _layout(lines: list, frame: Frame) -> dict:
     """The tree's whole layout, one dict."""
-    lay = dict(template=TEMPLATE, **base_layout(None, height=frame.height))
+    lay = base_layout(None, height=frame.height)
     if lines:
         # anchored by its first line's bottom, the lines under it run down into the margin reserved
         # for them (Plotly mis-places a multi-line title anchored at its top: the first line is cut)
@@ -505,10 +505,7 @@ def tree_figure(step, colour_by: str = "value", show_dropped: bool = False, titl
 
 def empty_figure(message: str, height: int = 320) -> go.Figure:
     """A blank figure with a centred message (no trace yet, plain decoding...)."""
-    fig = new_figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=15, color="#6b7280"))
-    fig.update_layout(**base_layout(None, height=height))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return fig
+    note = dict(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                font=dict(size=15, color="#6b7280"))
+    return figure([], **base_layout(None, height=height), annotations=[note], xaxis=dict(visible=False),
+                  yaxis=dict(visible=False))
