@@ -18,8 +18,9 @@
 // target. The budget's choices are a function of its inputs and the head's outputs alone: the time a
 // level's choice counts as spent is the prices' prediction for the calls chosen so far (the prices as
 // they came in, read-only), never a clock; the seconds each level took are measured and returned
-// (out->level_s) for the caller to learn the prices from. Returns 0; -3 when the arrays are too small or the arguments out of range, -4 for a head
-// size attention does not take (head_dim_ok), before any work; else what qf_draft returned.
+// (out->level_s) for the caller to learn the prices from. Returns 0; -3 when the arrays are too
+// small or the arguments out of range, -4 for a head size attention does not take (head_dim_ok),
+// before any work; else what qf_draft returned.
 int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
     using clock = std::chrono::steady_clock;
     const int D = m->layer.D, hd = m->layer.hd, k = in->top_k;
@@ -156,8 +157,8 @@ int qf_draft_tree(const QDraft* m, const QTreeIn* in, QTreeOut* out) {
 }
 
 // qt::best_width on given values (the tests hold it to auto.best_rates): pool [n_pool] best first
-// (calibrated already),
-// beam [nb] (probabilities), rank_prob [k], prices [n_prices] by width (NaN: none), tn [max_n].
+// (calibrated already), beam [nb] (probabilities), rank_prob [k], odds (the calibration), prices
+// [n_prices] by width (NaN: none), tn [max_n].
 int qf_best_width(const double* pool, int n_pool, const double* beam, int nb, const double* rank_prob, int k,
                   double odds, double spent, const double* prices, int n_prices, double call_guess, const double* tn,
                   int max_n) {
