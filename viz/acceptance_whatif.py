@@ -198,7 +198,8 @@ def acceptance_whatif_chart(steps, table: PriceTable | None, a: float = DEFAULT_
         ys = [chain_speedup(av, k, table) for k in ks]
         info = [[chain_tokens(av, k), av ** k, chain_cost(k, table)] for k in ks]
         traces.append(dict(
-            type="scatter", x=ks, y=ys, mode="lines", name=name, line=dict(color=colour, dash=dash, width=width), customdata=info,
+            type="scatter", x=ks, y=ys, mode="lines", name=name, line=dict(color=colour, dash=dash, width=width),
+            customdata=info,
             hovertemplate=(f"<b>model, a = {av:.2f}</b>, K = %{{x}}<br>%{{customdata[0]:.2f}} tokens a cycle "
                            "(guess K adds %{customdata[1]:.2f})<br>a cycle costs %{customdata[2]:.2f}·t(1)"
                            " → %{y:.2f}× plain<extra></extra>")))

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from eagle2.cycle.series import PER_CYCLE, PRICING, Series
 
-from .common import figure, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
+from .common import figure, one_x, ACCEPT_COLOUR, EXTRA_COLOURS, ROLE_COLOURS, base_layout, decode_steps, p_of
 from .tree_graph import empty_figure
 
 
@@ -211,9 +211,8 @@ def speedup_chart(main: Series, others: list[Series], height: int = 330) -> go.F
     if not any_data:
         return empty_figure("Speedups appear once two decoders have run.", height)
     top = max(main["tokens"]) if main["tokens"] else 1
-    even = dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0, y1=1.0,   # 1x: as fast as the other
-                line=dict(color="#9ca3af", dash="dash", width=1))
-    return figure(traces, **base_layout(f"Running speedup of {main['label']}", height=height), shapes=[even],
+    return figure(traces, **base_layout(f"Running speedup of {main['label']}", height=height),
+                  shapes=[one_x("#9ca3af", 1, below=False)],
                   xaxis=dict(title=dict(text="tokens generated"), dtick=max(1, round(top / 8)) if top < 80 else None),
                   yaxis=dict(title=dict(text="speedup (×)"), rangemode="tozero"))
 
@@ -303,7 +302,8 @@ def depth_chart(all_series: list[Series], height: int = 330) -> go.Figure:
     traces = []
     for i, s in enumerate(drafted):
         r = depth_acceptance(s)
-        traces.append(dict(type="bar", x=list(range(1, len(r) + 1)), y=r, name=s["label"], marker=dict(color=colour(s, i)),
+        traces.append(dict(type="bar", x=list(range(1, len(r) + 1)), y=r, name=s["label"],
+                           marker=dict(color=colour(s, i)),
                            hovertemplate=f"{s['label']}: %{{y:.0%}} of cycles reached depth %{{x}}<extra></extra>"))
     return figure(traces, **base_layout("Acceptance by depth", height=height), barmode="group",
                   xaxis=dict(title=dict(text="depth"), dtick=1),

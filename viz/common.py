@@ -68,10 +68,11 @@ TEMPLATE = go.layout.Template(layout=dict(
     xaxis=_AXIS, yaxis=_AXIS))
 
 
-def one_x() -> dict:
-    """The dashed line at 1x across a speedup chart, under its bars and lines."""
-    return dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0, y1=1.0,
-                line=dict(color="#374151", dash="dash", width=1.5), layer="below")
+def one_x(colour: str = "#374151", width: float = 1.5, below: bool = True) -> dict:
+    """The dashed line at 1x across a speedup chart (`below`: under its bars and lines)."""
+    line = dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0, y1=1.0,
+                line=dict(color=colour, dash="dash", width=width))
+    return dict(line, layer="below") if below else line
 
 
 def figure(data: list[dict], **layout) -> go.Figure:

@@ -343,8 +343,8 @@ def draw_tree(G: nx.DiGraph, pos: dict, rows: float, *, colour_by: str = "value"
     _add_edges(traces, G, pos, [v for v in pos if v not in faded and v in labelled], "#94a3b8", 1.4, "edges")
     if len(on_path) > 1:
         traces.append(scatter(x=[pos[v][0] for v in on_path], y=[pos[v][1] for v in on_path],
-                           mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
-                           hoverinfo="skip", name="accepted path"))
+                              mode="lines", line=dict(color=ACCEPT_COLOUR, width=5), opacity=0.8,
+                              hoverinfo="skip", name="accepted path"))
     if faded:
         fn = sorted(faded, key=str)
         traces.append(scatter(
@@ -389,7 +389,7 @@ def _add_edges(traces, G, pos, nodes, colour, width, name) -> None:
     if not xs:   # an empty trace still costs the browser a layer to draw
         return
     traces.append(scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=width),
-                       hoverinfo="skip", name=name, showlegend=False))
+                          hoverinfo="skip", name=name, showlegend=False))
 
 
 def _node_colours(G, main, colour_by, colour_values, colour_title) -> tuple[list, str]:

@@ -313,7 +313,8 @@ const char* qf_layout() {
         QF_SIZE(QDraft), QF_AT(QDraft, fc), QF_AT(QDraft, embed), QF_AT(QDraft, lm), QF_AT(QDraft, ids);
         QF_AT(QDraft, vocab);
         QF_SIZE(QTreeIn), QF_AT(QTreeIn, committed), QF_AT(QTreeIn, kc), QF_AT(QTreeIn, budget);
-        QF_AT(QTreeIn, call_guess), QF_AT(QTreeIn, odds), QF_AT(QTreeIn, tn), QF_AT(QTreeIn, prices), QF_AT(QTreeIn, threads);
+        QF_AT(QTreeIn, call_guess), QF_AT(QTreeIn, odds), QF_AT(QTreeIn, tn), QF_AT(QTreeIn, prices);
+        QF_AT(QTreeIn, threads);
         QF_SIZE(QTreeOut), QF_AT(QTreeOut, tokens), QF_AT(QTreeOut, beam), QF_AT(QTreeOut, rank_count);
         QF_AT(QTreeOut, level_s), QF_AT(QTreeOut, order);
         QF_AT(QTreeOut, n), QF_AT(QTreeOut, expected);

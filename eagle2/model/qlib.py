@@ -141,7 +141,8 @@ class CTreeIn(ctypes.Structure):
                 ("committed", _i32), ("base_pos", _i32), ("cap", _i32), ("rope_rows", _i32),
                 ("kc", _ptr_t), ("vc", _ptr_t), ("cos", _ptr_t), ("sin", _ptr_t),
                 ("budget", _i32), ("explore_depth", _i32), ("explore", _i32), ("max_width", _i32),
-                ("call_guess", _dbl), ("odds", _dbl), ("tn", _ptr_t), ("rank_prob", _ptr_t), ("prices", _ptr_t), ("threads", _i32), ("pad_", _i32)]
+                ("call_guess", _dbl), ("odds", _dbl), ("tn", _ptr_t), ("rank_prob", _ptr_t), ("prices", _ptr_t),
+                ("threads", _i32), ("pad_", _i32)]
 
 
 class CTreeOut(ctypes.Structure):
