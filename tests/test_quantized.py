@@ -126,21 +126,25 @@ def _after(fwd, prompt: list[int], room: int):
 
 
 def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
-    """The logits of a causal forward of `extra` after `prompt`, for every instruction set and 1 and
-    2 threads."""
-    lib, best, out = target.lib, target.lib.qf_isa(), {}
+    """The logits of a causal forward of `extra` after `prompt`, for every instruction set, 1 and
+    2 threads, and the matmuls reading ahead or not (qf_set_prefetch)."""
+    lib, best, ahead, out = target.lib, target.lib.qf_isa(), target.lib.qf_prefetch(), {}
+    assert ahead > 0, "the kernels read ahead by default"
     try:
         for i in _isas(lib):
             lib.qf_set_isa(i)
-            for threads in (1, 2):
+            for threads, prefetch in ((1, ahead), (2, ahead), (2, 0), (1, 64)):
+                assert lib.qf_set_prefetch(prefetch) == 0
                 with _threads(threads):
                     c = _after(target, prompt, len(extra) + 4)
                     T = len(extra)
                     _, logits = target.verify(c, torch.tensor(extra), torch.arange(len(prompt), len(prompt) + T),
                                               torch.ones(T, T, dtype=torch.bool).tril())
-                    out[(qlib.ISAS[i], threads)] = logits
+                    out[(qlib.ISAS[i], threads, prefetch)] = logits
     finally:
         lib.qf_set_isa(best)
+        lib.qf_set_prefetch(ahead)
+    assert lib.qf_set_prefetch(-1) == -1 and lib.qf_prefetch() == ahead, "a negative distance is refused"
     return out
 
 
@@ -158,7 +162,7 @@ class _threads:
 
 def test_a_forward_is_the_same_bits_on_every_path_and_thread_count_tiny(tiny_q4):
     """A trace replays token for token on another x86 CPU: the logits do not depend on the
-    instruction set the dot products use nor on the thread count."""
+    instruction set the dot products use, the thread count, nor how far ahead the weights are read."""
     outs = _logits_everywhere(tiny_q4.forward, [5, 9, 13, 2, 7, 1, 40, 3, 3], [8, 21, 4, 60, 11])
     first = next(iter(outs.values()))
     for key, logits in outs.items():

@@ -352,6 +352,15 @@ int qf_set_isa(int which) {
     return 0;
 }
 
+// How far ahead the matmuls ask for their weights, in bytes (0: not at all); only between calls
+// (scripts/prefetch_distance.py measures each distance). Returns -1 for a negative one.
+int qf_set_prefetch(int bytes) {
+    if (bytes < 0) return -1;
+    prefetch_bytes().store(bytes);
+    return 0;
+}
+int qf_prefetch() { return prefetch_bytes().load(); }
+
 // y [M, N] = x [M, K] @ w^T, x quantised per block first (the tests', the heads' matmuls).
 void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
     QRows xq;
