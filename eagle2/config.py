@@ -16,6 +16,9 @@ read theirs through `current()`. No other module reads the environment.
     EAGLE2_SESSION_IDLE           seconds after which an idle session's decoders are freed (default 900)
     EAGLE2_Q4_KERNELS             avx2, avx-vnni or avx512-vnni: the q4_1 dot products to use (default:
                                   the CPU's best; the same results, for timing a slower CPU's path)
+    EAGLE2_HEAD_BLOCKS            q4_1 (default) or q8_0: the blocks an EAGLE-3 head's matrices take on
+                                  the kernels (drafts change speed only, never the output;
+                                  scripts/head_blocks.py measures both)
     CHROMIUM                      the browser ui/screenshot.py drives (default /usr/bin/chromium)
     SPACES_ZERO_GPU               set by a Hugging Face Space on ZeroGPU hardware (1, t or true, as the
                                   `spaces` package reads it): the page then runs on the CPU and only
@@ -46,6 +49,7 @@ class Config:
     session_idle_s: float = 900.0
     chromium: str = "/usr/bin/chromium"
     q4_kernels: str | None = None    # None: the CPU's best (qlib.library)
+    head_blocks: str = "q4_1"        # the draft head's matrices on the kernels (quantized.KernelDraft)
     zero_gpu: bool = False           # a ZeroGPU Space's main process (SPACES_ZERO_GPU)
 
     @classmethod
@@ -73,6 +77,7 @@ class Config:
                    session_idle_s=number("EAGLE2_SESSION_IDLE", float, d.session_idle_s),
                    chromium=env.get("CHROMIUM") or d.chromium,
                    q4_kernels=(env.get("EAGLE2_Q4_KERNELS") or "").strip().lower() or None,
+                   head_blocks=(env.get("EAGLE2_HEAD_BLOCKS") or "").strip().lower() or d.head_blocks,
                    zero_gpu=(env.get("SPACES_ZERO_GPU") or "").strip().lower() in YES_ZERO_GPU)
 
 

@@ -95,11 +95,13 @@ def _kernels_here(args, log):
 
 def _draft_for(target: KernelTarget, head):
     """The head's DraftForward beside the kernels' target: an EAGLE-3 head runs its whole step in
-    the kernels (KernelDraft); another keeps its eager forward, its matmuls through Q8_0 copies (a
-    matrix whose input is no multiple of 32 keeps its fp32 matmul)."""
+    the kernels (KernelDraft, in the blocks EAGLE2_HEAD_BLOCKS names); another keeps its eager
+    forward, its matmuls through Q8_0 copies (a matrix whose input is no multiple of 32 keeps its
+    fp32 matmul)."""
+    from .. import config
     from .forward import EagerDraft
     if KernelDraft.fits(head):
-        return KernelDraft(head, target)
+        return KernelDraft(head, target, config.current().head_blocks)
     head.pack(lambda w: Q8Weight.build(w, target.lib))
     return EagerDraft(head, "Q8_0 matmuls on the q4_1 kernels")
 

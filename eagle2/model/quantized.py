@@ -17,7 +17,7 @@ import torch
 
 from ..errors import UserError
 from .llama import KVCache, rope_covering
-from .qblocks import QK, QMatrix, quantise_q8_0
+from .qblocks import QK, QMatrix, quantise_q4_1, quantise_q8_0
 from .qlib import (DRAFT_CODES, FORWARD_CODES, ISAS, TOPK_MAX, TREE_CODES, CDraft, CHead3, CLayer, CModel, CTreeIn,
                    CTreeOut, check_cache, check_code, cmat_of, head_size_problem, matmul, owned_copy, ptr_of, rows_of,
                    shape_problem)
@@ -216,26 +216,37 @@ class Q8Weight:
         return Q8Weight(weight, lib)
 
 
+# The blocks a head's matrices may take on the kernels, by name (config's EAGLE2_HEAD_BLOCKS).
+# Q4_1 is the default: on all 60 held-out prompts it drafted with Q8_0's tau, 12-18% faster (about
+# 40% fewer bytes a call), and eagle2-auto ran 1-6% faster (benchmarks/README.md, head-blocks).
+HEAD_BLOCKS = {"q4_1": quantise_q4_1, "q8_0": quantise_q8_0}
+
+
 class KernelDraft:
     """forward.DraftForward for an EAGLE-3 head in qforward.cpp (`qf_draft`), its matrices in
-    Q8_0: one call (fc, the layer, the final norm, the draft LM head, log-softmax and each row's
-    top k) instead of some sixty small torch operations. Built from the head module, which it does
-    not keep; the token embedding is the target's blocks (a head with its own embedding: that,
-    in Q8_0). Its cache is fp16, like the target's. It drafts a whole EAGLE-2 tree in one call
-    too (`draft_tree`)."""
+    `blocks` (Q4_1 or Q8_0): one call (fc, the layer, the final norm, the draft LM head,
+    log-softmax and each row's top k) instead of some sixty small torch operations. Built from the
+    head module, which it does not keep; the token embedding is the target's blocks (a head with
+    its own embedding: that, in Q8_0, one row read a token). Its cache is fp16, like the target's.
+    It drafts a whole EAGLE-2 tree in one call too (`draft_tree`). Drafts need no exactness: the
+    blocks change how fast a head drafts and how well, never the output."""
 
     drafts_trees = True
 
-    def __init__(self, head, target: KernelTarget):
+    def __init__(self, head, target: KernelTarget, blocks: str = "q4_1"):
+        if blocks not in HEAD_BLOCKS:
+            raise UserError(f"The draft head's blocks must be one of {', '.join(HEAD_BLOCKS)} (got {blocks!r}; "
+                            f"EAGLE2_HEAD_BLOCKS).")
+        quantise = HEAD_BLOCKS[blocks]
         m, a = head.midlayer, head.args
-        self.args, self.lib, self._keep = a, target.lib, []
+        self.args, self.lib, self._keep, self.blocks = a, target.lib, [], blocks
         att, mlp = m.self_attn, m.mlp
-        mats = [cmat_of(quantise_q8_0(lin.weight), self._keep) for lin in
+        mats = [cmat_of(quantise(lin.weight), self._keep) for lin in
                 (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
         norms = [m.input_layernorm.weight, m.hidden_norm.weight, m.post_attention_layernorm.weight]
         layer = CHead3(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, int(m.norm_before_residual),
                         a.norm_eps, 0, *[owned_copy(w, self._keep) for w in norms], *mats)
-        fc = quantise_q8_0(head.fc.weight)
+        fc = quantise(head.fc.weight)
         fc.bias = head.fc.bias
         embed = cmat_of(quantise_q8_0(head.embed_tokens.weight), self._keep) if head.has_embed else target.c_embed
         self._target = target  # whose embedding blocks it reads
@@ -243,9 +254,9 @@ class KernelDraft:
         self.draft_ids, self.vocab_size = ids, a.vocab_size
         self.vocab = head.lm_weight.shape[0]
         self.c = CDraft(layer, cmat_of(fc, self._keep), embed, owned_copy(head.norm.weight, self._keep),
-                         cmat_of(quantise_q8_0(head.lm_weight), self._keep), ptr_of(ids), a.vocab_size, 0)
+                         cmat_of(quantise(head.lm_weight), self._keep), ptr_of(ids), a.vocab_size, 0)
         self._rope = (None, None)
-        self.description = "draft step in Q8_0 on the same kernels"
+        self.description = f"draft step in {blocks.upper()} on the same kernels"
 
     @staticmethod
     def fits(head) -> bool:
