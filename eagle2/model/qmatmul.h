@@ -24,15 +24,14 @@ namespace qf {
 
 enum Isa { AVX2 = 0, AVXVNNI = 1, AVX512VNNI = 2 };
 
-// ------------------------------------------------------------------ AVX512-VNNI: 16 outputs a vector
-
 // ------------------------------------------------------------------ reading ahead
-// Each tile asks for the weight bytes PREFETCH ahead of the block it multiplies (every cache line
-// of the block that far on), so that the next blocks are on their way while this one's integer
-// work runs: without it a forward of one row read its weights at well under the machine's rate
-// (a Sapphire-Rapids-class guest: t(1) 6.6 -> 4.7-5.1 ms at 2.5-20 KB ahead, the AVX2 path 8.3 ->
-// 6.2; scripts/prefetch_distance.py measures it on this CPU). A prefetch never faults, so reading
-// past a matrix's end is harmless; it changes no bit of any result.
+// Each tile asks for the weight bytes `prefetch_bytes()` ahead of the block it multiplies (every
+// cache line of the block that far on), so that the next blocks are on their way while this one's
+// integer work runs: without it a forward of one row read its weights well under the machine's
+// rate (an Intel Xeon guest, family 6 model 207, 2 threads, context 500: t(1) 5.66 -> 4.33 ms and
+// t(4) 9.91 -> 7.26 ms at 8 KB ahead; benchmarks/README.md, prefetch; scripts/prefetch_distance.py
+// measures it on the CPU at hand). A prefetch never faults, so reading past a matrix's end is
+// harmless; it changes no bit of any result.
 constexpr int PREFETCH_DEFAULT = 8192;
 // The distance in bytes (0: no prefetch); qf_set_prefetch changes it between calls (measuring).
 inline std::atomic<int>& prefetch_bytes() {
@@ -44,6 +43,8 @@ inline std::atomic<int>& prefetch_bytes() {
 inline void prefetch_block(const uint8_t* p, int bytes, int ahead) {
     for (int l = 0; l < bytes; l += 64) _mm_prefetch((const char*)(p + ahead + l), _MM_HINT_T0);
 }
+
+// ------------------------------------------------------------------ AVX512-VNNI: 16 outputs a vector
 
 // acc += w (u8) . x (s8, 4 bytes broadcast from memory), folded into the instruction
 QF_VNNI512 inline void dot512(__m512i& acc, __m512i w, const int32_t* x) {

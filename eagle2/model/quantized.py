@@ -233,7 +233,7 @@ class KernelDraft:
 
     drafts_trees = True
 
-    def __init__(self, head, target: KernelTarget, blocks: str = "q4_1"):
+    def __init__(self, head, target: KernelTarget, blocks: str):
         if blocks not in HEAD_BLOCKS:
             raise UserError(f"The draft head's blocks must be one of {', '.join(HEAD_BLOCKS)} (got {blocks!r}; "
                             f"EAGLE2_HEAD_BLOCKS).")
