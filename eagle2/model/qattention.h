@@ -172,7 +172,8 @@ QF_AVX512F inline void weigh_values512(int q, int c0, int count, const float* sc
 }
 
 // acc[q] += the shared values c0..c0+count-1 weighted by the queries' scores (exponentials), key
-// after key; two queries at a time read each value once
+// after key; four queries at a time read each value once where their sums fit in 16 registers (a
+// head of up to 64: 4 x 4 vectors), else two (each query's sums are the same chain either way)
 template <int LANES>
 QF_AVX512F void shared_values512(int nq, const uint16_t* vbase, int c0, int count, const float* scores, size_t stride,
                                  float* acc, float* kbuf) {
@@ -180,6 +181,8 @@ QF_AVX512F void shared_values512(int nq, const uint16_t* vbase, int c0, int coun
     const uint16_t* src = vbase + (size_t)c0 * hd;
     for (int i = 0; i < count * hd; i += 16) _mm512_storeu_ps(kbuf + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(src + i))));
     int q = 0;
+    if constexpr (LANES <= 8)
+        for (; q + 4 <= nq; q += 4) weigh_values512<LANES, 4>(q, c0, count, scores, stride, acc, kbuf);
     for (; q + 2 <= nq; q += 2) weigh_values512<LANES, 2>(q, c0, count, scores, stride, acc, kbuf);
     if (q < nq) weigh_values512<LANES, 1>(q, c0, count, scores, stride, acc, kbuf);
 }
