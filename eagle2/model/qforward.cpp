@@ -141,12 +141,12 @@ constexpr int ROW_BLOCK = 32;  // causal rows a prefill's item takes (3 x 32 que
 // The work items of T rows' attention. A few rows (a tree, a plain step): the queries in (kv head,
 // query) order cut into one contiguous run per thread, and each run at the kv heads it spans, all
 // sharing the committed keys: a thread reads (and converts) each kv head's keys and values once
-// for all its queries there (with 2 threads and 3 kv heads: 2 passes each, against 3 when each
-// kv head went in two chunks to either thread; with the values four queries at a time, t(1..8)
-// 0.90-0.94x at context 1,000, 2 threads: benchmarks/README.md, attention-items). Many causal rows (a prefill): blocks of ROW_BLOCK rows, each sharing
-// every key before its first row, so that a prompt's keys are converted once a block instead of
-// read in fp16 by every query. Either way a query's arithmetic is attend_queries' one sequence:
-// its bits do not depend on its item.
+// for all its queries there (2 threads, 3 kv heads: 4 passes a layer, against 6 when each kv head
+// went in two chunks shared by cost; with the values four queries at a time, t(1..8) 0.90-0.94x at
+// context 1,000, 2 threads: benchmarks/README.md, attention-items). Many causal rows (a prefill):
+// blocks of ROW_BLOCK rows, each sharing every key before its first row, so that a prompt's keys
+// are converted once a block instead of read in fp16 by every query. Either way a query's
+// arithmetic is attend_queries' one sequence: its bits do not depend on its item.
 std::vector<AttendItem> attend_items(int T, int KV, int group, int nt, int start, int shared, bool causal,
                                      const std::vector<std::vector<int32_t>>& slots) {
     std::vector<AttendItem> items;
