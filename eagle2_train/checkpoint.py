@@ -20,7 +20,9 @@ from eagle2.files import atomic_path
 # the flags whose change would make a resumed run a different run (the schedule's length, the
 # batches, the loss); --epochs is one: the cosine schedule spans them
 SHAPING = ("head_kind", "epochs", "lr", "batch_tokens", "noise", "ce_weight", "draft_vocab", "init", "ttt_steps",
-           "ttt_weight", "seed", "patience", "input_scale", "amp")
+           "ttt_weight", "seed", "patience", "input_scale", "amp", "train_limit")
+# what a checkpoint saved before a setting existed was trained with (the setting's default)
+SHAPING_BEFORE = {"train_limit": 0}
 
 
 def settings(a) -> dict:
@@ -56,7 +58,8 @@ def load(path: Path, device, a) -> dict:
     was = st.get("settings")
     if was is not None:
         now = settings(a)
-        diff = [f"--{k.replace('_', '-')} {was.get(k)!r} (now {now[k]!r})" for k in SHAPING if was.get(k) != now[k]]
+        diff = [f"--{k.replace('_', '-')} {was.get(k, SHAPING_BEFORE.get(k))!r} (now {now[k]!r})" for k in SHAPING
+                if was.get(k, SHAPING_BEFORE.get(k)) != now[k]]
         if diff:
             raise UserError(f"{path} was trained with {', '.join(diff)}: resume with the same flags, or fine-tune "
                             f"its head into another --out with --init.")

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(L = the last layer's output; default (2, L//2, L-3), as official EAGLE-3)")
     ap.add_argument("--variants", default="greedy,t0.7", help=f"self-distillation decodings: {','.join(VARIANTS)}")
     ap.add_argument("--limit-prompts", type=int, default=0, help="use only the first K prompts (0 = all)")
+    ap.add_argument("--train-limit", type=int, default=0,
+                    help="train on the first N conversations of the feature cache (0 = all): a point of a "
+                         "data-scaling curve, from a cache whose conversations were shuffled before extraction")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--gen-batch", type=int, default=48)
     ap.add_argument("--gen-dtype", default="auto", choices=("auto", "bf16", "fp32"),
@@ -410,6 +413,13 @@ def main(argv=None) -> int:
             aux = cached
         aux_too = a.head_kind == "eagle3"  # an EAGLE-1/2 head reading an EAGLE-3 cache leaves its layers on disk
         train_convs = load_features(caches["train"], aux_too)
+        if a.train_limit < 0:
+            raise UserError(f"--train-limit is a number of conversations, 0 for all (got {a.train_limit}).")
+        if a.train_limit:
+            if a.train_limit > len(train_convs):
+                raise UserError(f"--train-limit {a.train_limit}: the cache in {feats} holds only "
+                                f"{len(train_convs)} training conversations.")
+            train_convs = train_convs[: a.train_limit]
         held_convs = load_features(caches["heldout"], aux_too)
         print(f"{caches['train'].name}: training on {len(train_convs)} conversations "
               f"({sum(len(c['ids']) for c in train_convs)} tokens), held-out {len(held_convs)}")

@@ -58,6 +58,16 @@ def test_tiny_training_run_learns_and_saves_a_loadable_head(tmp_path):
     assert sum(s2[-2:]) < 0.7 * sum(s2[:2]), f"the unrolled fine-tune did not lower its loss: {s2}"
     head2, _ = load_draft_head(tuned / "head", target.args)
     assert torch.equal(head2.draft_ids, head.draft_ids)  # the draft vocabulary is kept
+    # a point of a data-scaling curve: the first N conversations of the cache, stated on the card;
+    # more than the cache holds is refused with the count it holds
+    from eagle2.errors import UserError
+    part = tmp_path / "part"
+    tiny = ["--features", str(out), "--stages", "train", "--limit-prompts", "6", "--epochs", "1",
+            "--batch-tokens", "512", "--draft-vocab", "1024", "--noise", "0.0"]
+    assert train_main(["--out", str(part), *tiny, "--train-limit", "3"]) == 0
+    assert "| data | 3 self-distilled conversations" in (part / "head" / "README.md").read_text()
+    with pytest.raises(UserError, match="holds only 6 training conversations"):
+        train_main(["--out", str(tmp_path / "too-many"), *tiny, "--train-limit", "7"])
 
 
 def test_init_must_be_a_head_folder(tmp_path):
