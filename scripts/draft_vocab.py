@@ -82,16 +82,14 @@ def call_cost(sizes: list[int], nodes: list[int], repeats: int) -> dict:
     """Median seconds of one q4_1 draft call on k nodes with an LM head of each size."""
     from eagle2 import config
     from eagle2.model.head3 import Eagle3Head
-    from eagle2.model.loading import load_bundle
+    from eagle2.model.loading import load_bundle, load_draft_head
     from eagle2.model.quantized import KernelDraft
     from eagle2.model.stopwatch import interleaved_medians
-
-    from eagle2.model.loading import load_draft_head
 
     b = load_bundle("smollm2-135m", None, "cpu", "q4_1")
     if getattr(b.forward, "lib", None) is None:
         raise SystemExit("the q4_1 kernels do not run here: no draft call to time")
-    shipped, own_lm = load_draft_head(HEAD, b.args)
+    shipped, _ = load_draft_head(HEAD, b.args)
     a = b.args
     g = torch.Generator().manual_seed(0)
     drafts = {}
