@@ -347,6 +347,8 @@ def main(argv=None) -> int:
     stages = set(a.stages.split(","))
     if not stages or stages - {"data", "features", "train"}:
         raise UserError(f"--stages is a comma list of data, features and train (got {a.stages!r}).")
+    if a.train_limit < 0:
+        raise UserError(f"--train-limit is a number of conversations, 0 for all (got {a.train_limit}).")
     folder = target_folder(a.target)
     variants = []
     for v in a.variants.split(","):
@@ -413,8 +415,6 @@ def main(argv=None) -> int:
             aux = cached
         aux_too = a.head_kind == "eagle3"  # an EAGLE-1/2 head reading an EAGLE-3 cache leaves its layers on disk
         train_convs = load_features(caches["train"], aux_too)
-        if a.train_limit < 0:
-            raise UserError(f"--train-limit is a number of conversations, 0 for all (got {a.train_limit}).")
         if a.train_limit:
             if a.train_limit > len(train_convs):
                 raise UserError(f"--train-limit {a.train_limit}: the cache in {feats} holds only "

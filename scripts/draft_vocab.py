@@ -28,12 +28,15 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-HEAD = REPO / "assets" / "heads" / "smollm2-135m-eagle3"
+from eagle2.model.weights import PRESETS  # noqa: E402
+from eagle2_train.data_archive import ARCHIVE  # noqa: E402
+
+HEAD = Path(PRESETS["smollm2-135m"].head)  # the shipped head whose vocabulary and layer are measured
 
 
 def conversations(split: str) -> list[dict]:
     """The archived self-distilled conversations of one split."""
-    text = lzma.decompress((REPO / "assets" / "selfdistill" / f"data_{split}.jsonl.xz").read_bytes()).decode()
+    text = lzma.decompress((ARCHIVE / f"data_{split}.jsonl.xz").read_bytes()).decode()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

@@ -82,6 +82,8 @@ def test_init_must_be_a_head_folder(tmp_path):
         train_main(["--out", str(tmp_path), "--stages", "train", "--features", str(tmp_path / "none")])
     with pytest.raises(UserError, match="--ttt-steps"):
         train_main(["--out", str(tmp_path), "--ttt-steps", "0"])
+    with pytest.raises(UserError, match="--train-limit"):  # refused before any cache is read
+        train_main(["--out", str(tmp_path), "--stages", "train", "--train-limit", "-1"])
 
 
 @pytest.mark.slow  # the real model answers in two dtypes
