@@ -67,6 +67,18 @@ class PhaseClock:
         self.spent[inner] += inner_s
         return dt
 
+    def lap_split(self, parts: dict[str, float], rest: str) -> float:
+        """Charge the time since the last lap to the phases in `parts` (seconds timed inside that
+        stretch: the kernels' one-call cycle timing its parts) and what they leave to `rest`."""
+        dt = self.lap(rest)
+        left = dt
+        for phase, seconds in parts.items():
+            seconds = min(max(seconds, 0.0), left)
+            left -= seconds
+            self.spent[rest] -= seconds
+            self.spent[phase] += seconds
+        return dt
+
     def add(self, phase: str, seconds: float) -> None:
         """Charge seconds measured elsewhere (work done before this cycle's clock started)."""
         self.spent[phase] += seconds

@@ -26,6 +26,7 @@ from eagle2.model import qlib
 from eagle2.model.llama import KVCache
 from eagle2.model.loading import load_bundle
 from eagle2.model.verify_times import LiveVerifyTimes
+from eagle2.phases import PHASES
 from eagle2.policies.auto import (EXPLORE_EVERY, WIDTHS, AutoBudgetNPolicy, AutoBudgetPolicy, CallPrices, best_rates,
                                   calibrated)
 from lossless_cases import greedy_tokens
@@ -147,8 +148,9 @@ def test_the_budget_learns_each_kernel_calls_seconds(tiny_e3_sure, monkeypatch):
         real(self, width, seconds)
 
     monkeypatch.setattr(CallPrices, "observe", observe)
-    pol = AutoBudgetPolicy(prior_times={1: 1.0e-3, 4: 1.03e-3, 16: 1.2e-3, 32: 1.5e-3}, total_tokens=32, depth=5,
-                           top_k=6)
+    # a nearly flat t(N): deeper trees pay whatever a call of the tiny head takes, so calls are made
+    pol = AutoBudgetPolicy(prior_times={1: 1.0e-3, 4: 1.001e-3, 16: 1.002e-3, 32: 1.003e-3}, total_tokens=32, depth=5,
+                           top_k=6, learn_costs=False)
     d = Decoder(tiny_e3_sure, pol, SamplingParams(), max_new_tokens=32, record=True)
     d.start(input_ids=PROMPTS[1])
     d.generate()
@@ -167,6 +169,7 @@ def test_decoding_with_the_kernels_tree_is_plain_decoding(tiny_e3, policy):
 
 def test_the_arrays_lay_out_what_the_tree_lays_out(tiny_e3):
     d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=8, record=False, total_tokens=9, depth=3, top_k=3)
+    d.kcycle = None   # the tree's call alone (not the whole cycle's), whose arrays are captured here
     d.start(input_ids=[3, 1, 4])
     captured = []
     real = type(d.policy).draft_native
@@ -293,9 +296,89 @@ def test_a_tap_outside_the_layers_is_refused_not_left_unwritten(tiny_e3, monkeyp
     outside 0..L, or one named twice, would leave a column of uninitialised memory. The kernels
     refuse it with one line."""
     f = tiny_e3.forward
-    good = list(f._taps)
+    good = list(f.c_taps)
     for bad in ([good[0], good[0]] + good[2:], [f.args.n_layers + 1] + good[1:], [-1] + good[1:]):
-        monkeypatch.setattr(f, "_taps", (ctypes.c_int32 * len(bad))(*bad))
+        monkeypatch.setattr(f, "c_taps", (ctypes.c_int32 * len(bad))(*bad))
         with pytest.raises(ValueError, match="must be distinct layers") as e:
             f.verify(f.new_cache(8), torch.tensor([3, 4]), torch.tensor([0, 1]))
         assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ 4. the whole greedy cycle in one call
+def _cycles(bundle, policy, prompt, one_call: bool, **kw):
+    """A greedy run whose cycles are the kernels' one call (qf_cycle) or their calls one at a time
+    (the tree, the forward, the commit, the head's step): its tokens, its trace (every step but the
+    seconds, each tree with the target's probabilities the trace reads from the logits) and its counts."""
+    d = Decoder(bundle, policy, SamplingParams(), max_new_tokens=40, record=True, **kw)
+    assert d.kcycle is not None
+    if not one_call:
+        d.kcycle = None
+    d.start(input_ids=prompt)
+    d.generate()
+    steps = []
+    for s in d.trace.steps:
+        step = dataclasses.asdict(s)
+        step.pop("timings"), step.pop("cumulative")
+        steps.append(step)
+    return d.generated, steps, d.target_forwards, d.draft_calls
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(total_tokens=8, depth=3, top_k=4), dict(total_tokens=5, depth=1, top_k=2),
+                                dict(total_tokens=12, depth=8, top_k=1)])
+def test_the_cycle_in_one_call_is_the_cycle_call_by_call(tiny_e3, kw):
+    for prompt in PROMPTS:
+        one, each = (_cycles(tiny_e3, "eagle2", prompt, one_call, **kw) for one_call in (True, False))
+        assert one == each and len(one[1]) > 2
+        assert one[0] == greedy_tokens(tiny_e3, "plain", 40, input_ids=prompt)
+
+
+def test_the_default_policy_in_one_call_chooses_as_call_by_call(tiny_e3_sure, monkeypatch):
+    """eagle2-auto, its timings kept out (_frozen_auto): the one call reads the inputs the policy
+    set and the policy learns what the call left, so each cycle chooses the same tree."""
+    for prompt in PROMPTS[:3]:
+        runs = []
+        for one_call in (True, False):
+            pol = _frozen_auto(monkeypatch)
+            runs.append((_cycles(tiny_e3_sure, pol, prompt, one_call), pol.stats, pol.acceptance.odds,
+                         pol.rank_prob.tolist()))
+        assert runs[0] == runs[1]
+        assert runs[0][1]["explored"] > 0 and len(runs[0][1]["widths"]) > 1
+
+
+def test_a_cycle_in_one_call_charges_its_parts_to_their_phases(tiny_e3):
+    """Each step's phases add up to its time; the head's steps (the tree's and the reading of what
+    was kept) are draft_head, the forward target_forward; a run's phases add up to its wall."""
+    d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=30, record=True, total_tokens=8, depth=3, top_k=4)
+    d.start(input_ids=PROMPTS[3])
+    d.generate()
+    for s in d.trace.steps[1:]:
+        t = s.timings
+        assert all(t[f"{p}_s"] >= 0 for p in PHASES)
+        assert t["draft_head_s"] > 0 and t["target_forward_s"] > 0
+        assert t["total_s"] == pytest.approx(sum(t[f"{p}_s"] for p in PHASES), rel=1e-12)
+    assert d.wall == pytest.approx(sum(s.timings["total_s"] for s in d.trace.steps), rel=1e-12)
+
+
+def test_a_cycle_the_caches_cannot_hold_is_refused_and_the_state_kept(tiny_e3):
+    """A target cache without room for the tree's rows: one line, nothing committed, and the
+    decoder goes on from the state it had."""
+    d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=12, record=False, total_tokens=8, depth=3, top_k=4)
+    d.start(input_ids=PROMPTS[0])
+    s = d.state
+    small = tiny_e3.forward.new_cache(s.cache.length + 2)
+    small.length = s.cache.length
+    with pytest.raises(RuntimeError, match="KV cache full"):
+        d.kcycle.run(small, s.hcache, s.root, s.reading.g if s.reading else torch.zeros(1), (torch.zeros(1),) * 2,
+                     4, 3, 8, None)
+    d.generate()
+    assert d.generated == greedy_tokens(tiny_e3, "plain", 12, input_ids=PROMPTS[0])
+
+
+def test_a_failing_part_of_the_cycle_names_itself():
+    """qf_cycle's codes are its parts' own: each maps through that part's table to its line."""
+    from eagle2.model.tree_modes import CycleStage
+    assert set(qlib.CYCLE_CODES) == set(CycleStage) - {CycleStage.NONE}
+    with pytest.raises(qlib.UserError, match="outside the model's vocabulary"):
+        qlib.check_code("qf_cycle", -2, qlib.CYCLE_CODES[CycleStage.FORWARD])
+    with pytest.raises(RuntimeError, match="cannot hold the tree's 9 rows"):
+        qlib.check_code("qf_cycle", -1, qlib.CYCLE_CODES[CycleStage.CYCLE], rows=9)

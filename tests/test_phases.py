@@ -37,6 +37,20 @@ def test_a_clock_charges_each_lap_to_its_phase_and_adds_up():
     assert split_of({"draft_s": 1.0, "verify_s": 1.0, "commit_s": 0.0, "total_s": 2.0}) is None  # an old trace
 
 
+def test_a_lap_split_by_what_was_timed_inside_it_adds_up():
+    """The kernels' one-call cycle times its parts itself: the lap's seconds go to those parts,
+    what they leave to the rest, never more than the lap."""
+    c = PhaseClock(Clock())
+    c.lap("draft_tree")
+    c.lap_split({"draft_head": 0.25, "target_forward": 0.5}, rest="verify_inputs")
+    t = c.timings()
+    assert (t[key("draft_head")], t[key("target_forward")], t[key("verify_inputs")]) == (0.25, 0.5, 0.25)
+    c.lap_split({"draft_head": 0.75, "target_forward": 0.75}, rest="verify_inputs")   # more than the lap
+    t = c.timings()
+    assert (t[key("draft_head")], t[key("target_forward")], t[key("verify_inputs")]) == (1.0, 0.75, 0.25)
+    assert t["total_s"] == 3.0
+
+
 def _decoder(bundle, policy, **kw):
     from eagle2.cycle.sampling import SamplingParams
     from eagle2.decoding.decoder import Decoder

@@ -598,7 +598,7 @@ def test_the_kernels_refuse_what_they_would_misread(tiny_q4):
     with pytest.raises(ValueError, match="tree mask"):
         f.verify(f.new_cache(16), toks, pos, torch.ones(3, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"\[rows, 64\]"):
-        qlib.matmul(f.lib, f._c_model.lm_head, torch.zeros(2, 63))
+        qlib.matmul(f.lib, f.c_model.lm_head, torch.zeros(2, 63))
 
 
 @pytest.mark.parametrize("hidden, heads", [(96, 8), (256, 1)])

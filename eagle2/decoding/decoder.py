@@ -29,6 +29,7 @@ from ..model.activity import DECODING
 from ..model.chat import prompt_ids
 from ..model.llama import KVCache
 from ..model.loading import Bundle
+from ..model.qcycle import KernelCycle
 from ..model.stopwatch import syncer
 from ..model.tree_modes import TREE_TOPK
 from ..phases import PHASES, PhaseClock, grouped, key
@@ -50,6 +51,7 @@ class Reading:
     logp: torch.Tensor
     top: tuple | None
     seconds: float
+    charged: bool = False   # its seconds already counted in the cycle that took it (the kernels' one call)
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ class Decoder:
               f"max new tokens must be an integer in [1, {MAX_NEW_TOKENS}] (got {max_new_tokens!r}).")
         self.max_new_tokens = max_new_tokens
         self.set_policy(policy, **policy_kw)
+        # a greedy cycle whole in one call of the kernels, where the target and its head run there
+        self.kcycle = KernelCycle.of(bundle.forward, bundle.draft)
         self.record = record
         self.state: DecodeState | None = None
         self.text_stream: TextStream | None = None     # observers of the steps, set by start()
@@ -226,6 +230,8 @@ class Decoder:
         runner = HeadRunner(b.draft, hc, s.reading.g, base_pos=hc.length - 1, root_logp=s.reading.logp,
                             sampling=self.sampling, gen=draft_gen, clock=clock, root_top=s.reading.top,
                             root_seconds=s.reading.seconds)
+        if commit and self.kcycle is not None and self.sampling.greedy and policy.native_tree(runner):
+            return self.speculate_in_kernels(s, policy, runner, clock)
         tree = policy.draft(runner, s.root)   # a DraftTree, or the kernels' TreeArrays
         clock.lap("draft_tree")
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
@@ -260,6 +266,38 @@ class Decoder:
         c.timings = clock.timings()
         return s, c
 
+    def speculate_in_kernels(self, s: DecodeState, policy: TreePolicy, runner: HeadRunner,
+                             clock: PhaseClock) -> tuple[DecodeState, "Cycle"]:
+        """Steps 2-5 of `speculate` for greedy decoding in one call of the kernels (model/qcycle.py:
+        the tree, the forward, the path, the commit) and the head's reading of what it kept, which
+        the next cycle starts from: the same calls in the same order as above, so the same tokens,
+        trees and policy state (tests/test_native_cycle.py). The policy sets the call's inputs
+        before it and learns from what it left after."""
+        dev = self.b.device
+        cyc = policy.begin(runner)
+        shape = policy.top_k, policy.depth, policy.total_tokens
+        L = s.cache.length
+        cache, hc = self._room(s.cache, L + self.kcycle.rows(*shape)), copy.copy(s.hcache)
+        clock.lap("draft_tree")
+        r = self.kcycle.run(cache, hc, s.root, s.reading.g, s.reading.top, *shape, policy.native_inputs(cyc))
+        sec = r.seconds   # the call's wall time split as it measured its parts; the rest, its inputs
+        clock.lap_split({"draft_head": sec["head"] + sec["absorb"], "draft_tree": sec["tree"] - sec["head"],
+                         "target_forward": sec["forward"], "accept": sec["accept"], "cache_commit": sec["commit"]},
+                        rest="verify_inputs")
+        tree = TreeArrays(r.cols, r.tree.n, r.tree.n_beams, r.tree.draft_calls, r.tree.n_verify)
+        policy.native_learn(tree, r.tree, cyc)
+        vb = tree.layout(L, dev)
+        policy.observe(tree.n_kept, sec["forward"])
+        policy.observe_acceptance(tree, vb, r.path)
+        c = Cycle(drafted=tree, root=s.root, vb=vb, feats=r.feats, logits=r.logits, path_pos=r.path, bonus=r.bonus,
+                  timings={})
+        s = replace(s, cache=cache, hcache=hc, root=r.bonus, pending=None,
+                    reading=Reading(r.g, r.logp, r.top, sec["absorb"], charged=True),
+                    target_forwards=s.target_forwards + 1, draft_calls=s.draft_calls + tree.draft_calls)
+        clock.lap("policy")
+        c.timings = clock.timings()
+        return s, c
+
     def absorbed(self, s: DecodeState, clock: PhaseClock | None = None) -> DecodeState:
         """The state with the pending (target feature, next token) pairs fed to the head: its last
         output predicts the feature at the root, whose logits give the root's children. The state
@@ -267,7 +305,7 @@ class Decoder:
         cycle's), the absorbing's seconds are charged to its draft_head phase, now or, when it ran
         earlier, as it took then."""
         if s.reading is not None:
-            if clock is not None:
+            if clock is not None and not s.reading.charged:
                 clock.add("draft_head", s.reading.seconds)
             return s
         clock = clock or self.clock()

@@ -99,4 +99,33 @@ struct QTreeOut {  // the pool (index 0: the root) and what verification reads, 
     double head_s;             // seconds in the draft head's steps (the rest of the call: the tree's work)
 };
 
+struct QCycleIn {  // one greedy cycle (qf_cycle) beyond its tree's QTreeIn: the target's side
+    uint16_t *kc, *vc;         // the target's cache [L, KV, cap, hd] in fp16
+    int32_t cap, committed;    // its slots, its committed length (the tree's rows go after it)
+    const float *cos, *sin;    // the target's RoPE tables [rope_rows, hd]
+    const int32_t* taps;       // [ntaps] the layers whose entering states the head reads
+    int32_t rope_rows, ntaps;
+    int32_t cap_rows;          // rows of each output array (at least the tree's cap_verify)
+    int32_t threads;
+};
+
+struct QCycleOut {  // what one greedy cycle leaves, in the caller's arrays
+    float* x;                  // [cap_rows, D] the verified rows' post-norm features
+    float* aux;                // [cap_rows, ntaps D] the states the head reads (null when ntaps is 0)
+    float* logits;             // [cap_rows, vocab] every verified row's
+    int64_t* best;             // [cap_rows] each verified row's argmax
+    int32_t* path;             // [cap_rows] the accepted verify positions, root excluded
+    float* g;                  // [cap_rows, D] the head's outputs for the pairs it absorbed (the last: the root's)
+    float* logp;               // [V_draft] the last pair's log-probs: the next root's children
+    float* top_vals;           // [QT_TOPK] their best, best first
+    int64_t* top_ids;          // [QT_TOPK] as target ids
+    int64_t bonus;             // the target's token after the path: the next root
+    int32_t n_path;            // accepted nodes
+    int32_t stage;             // which call a nonzero return came from (a CycleStage)
+    double tree_s, forward_s, accept_s, commit_s, absorb_s;  // the seconds of each part
+};
+
+// Which part of qf_cycle returned a nonzero code (QCycleOut.stage; tree_modes.CycleStage).
+enum CycleStage : int32_t { STAGE_NONE = 0, STAGE_TREE = 1, STAGE_FORWARD = 2, STAGE_ABSORB = 3, STAGE_CYCLE = 4 };
+
 }  // extern "C"

@@ -337,10 +337,17 @@ const char* qf_layout() {
         QF_SIZE(QTreeOut), QF_AT(QTreeOut, tokens), QF_AT(QTreeOut, beam), QF_AT(QTreeOut, rank_count);
         QF_AT(QTreeOut, level_s), QF_AT(QTreeOut, order);
         QF_AT(QTreeOut, n), QF_AT(QTreeOut, expected);
+        QF_SIZE(QCycleIn), QF_AT(QCycleIn, cap), QF_AT(QCycleIn, cos), QF_AT(QCycleIn, taps);
+        QF_AT(QCycleIn, rope_rows), QF_AT(QCycleIn, threads);
+        QF_SIZE(QCycleOut), QF_AT(QCycleOut, aux), QF_AT(QCycleOut, top_ids), QF_AT(QCycleOut, bonus);
+        QF_AT(QCycleOut, stage), QF_AT(QCycleOut, tree_s), QF_AT(QCycleOut, absorb_s);
         add("const.TOPK_MAX", TOPK_MAX), add("const.QT_TOPK", QT_TOPK);
         add("const.BUDGET_EAGLE2", BUDGET_EAGLE2), add("const.BUDGET_AUTO", BUDGET_AUTO);
         add("const.BUDGET_AUTO_N", BUDGET_AUTO_N), add("const.EXPLORE_BEST", EXPLORE_BEST);
         add("const.EXPLORE_DOUBLE", EXPLORE_DOUBLE), add("const.EXPLORE_HALF", EXPLORE_HALF);
+        add("const.STAGE_NONE", STAGE_NONE), add("const.STAGE_TREE", STAGE_TREE);
+        add("const.STAGE_FORWARD", STAGE_FORWARD), add("const.STAGE_ABSORB", STAGE_ABSORB);
+        add("const.STAGE_CYCLE", STAGE_CYCLE);
 #undef QF_AT
 #undef QF_SIZE
         return o;
@@ -501,6 +508,7 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
 // tests: each in its own file, compiled here as part of this translation unit.
 #include "qdraft.h"
 #include "qdraft_tree.h"
+#include "qcycle.h"
 #include "qtest_exports.h"
 
 }  // extern "C"

@@ -15,15 +15,17 @@ from ..errors import UserError
 from . import native
 from .llama import KVCache
 from .qblocks import Q4_1, Q8_0, QK, QMatrix
-from .tree_modes import TREE_TOPK, Explore, TreeBudget
+from .tree_modes import TREE_TOPK, CycleStage, Explore, TreeBudget
 
 TOPK_MAX = 1024    # the most candidates the kernels rank a row (qrows.h's TOPK_MAX)
 # the numbers qf_layout lists beside the structs, by its names: checked when the library loads
 SHARED_CONSTANTS = {"TOPK_MAX": TOPK_MAX, "QT_TOPK": TREE_TOPK,
-                    **{f"BUDGET_{m.name}": int(m) for m in TreeBudget}, **{f"EXPLORE_{e.name}": int(e) for e in Explore}}
+                    **{f"BUDGET_{m.name}": int(m) for m in TreeBudget}, **{f"EXPLORE_{e.name}": int(e) for e in Explore},
+                    **{f"STAGE_{c.name}": int(c) for c in CycleStage}}
 SOURCE = Path(__file__).with_name("qforward.cpp")
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("qabi.h", "qblocks.h", "qmatmul.h", "qrows.h", "qattention.h", "qprobe.h",
-                                                    "qtree.h", "qdraft.h", "qdraft_tree.h", "qtest_exports.h"))
+                                                    "qtree.h", "qdraft.h", "qdraft_tree.h", "qcycle.h",
+                                                    "qtest_exports.h"))
 NAME = "eagle2_qforward"
 
 
@@ -154,6 +156,18 @@ class CTreeOut(ctypes.Structure):
                 ("best_n", _i32), ("pad_", _i32), ("expected", _dbl), ("head_s", _dbl)]
 
 
+class CCycleIn(ctypes.Structure):
+    _fields_ = [("kc", _ptr_t), ("vc", _ptr_t), ("cap", _i32), ("committed", _i32), ("cos", _ptr_t), ("sin", _ptr_t),
+                ("taps", _ptr_t), ("rope_rows", _i32), ("ntaps", _i32), ("cap_rows", _i32), ("threads", _i32)]
+
+
+class CCycleOut(ctypes.Structure):
+    _fields_ = [("x", _ptr_t), ("aux", _ptr_t), ("logits", _ptr_t), ("best", _ptr_t), ("path", _ptr_t), ("g", _ptr_t),
+                ("logp", _ptr_t), ("top_vals", _ptr_t), ("top_ids", _ptr_t), ("bonus", ctypes.c_int64),
+                ("n_path", _i32), ("stage", _i32), ("tree_s", _dbl), ("forward_s", _dbl), ("accept_s", _dbl),
+                ("commit_s", _dbl), ("absorb_s", _dbl)]
+
+
 _int = ctypes.c_int
 _MAT, _MODEL, _DRAFT = ctypes.POINTER(CMat), ctypes.POINTER(CModel), ctypes.POINTER(CDraft)
 # Every exported function's arguments and result (pointers to tensors' data as c_void_p).
@@ -177,6 +191,8 @@ SIGNATURES = {
     "qf_draft": ([_DRAFT, _ptr_t, _ptr_t, _int, _int, _ptr_t, _ptr_t, _ptr_t, _ptr_t, _int, _int, _int, _ptr_t,
                   _ptr_t, _ptr_t, _int, _ptr_t, _ptr_t, _int, _int], _int),
     "qf_draft_tree": ([_DRAFT, ctypes.POINTER(CTreeIn), ctypes.POINTER(CTreeOut)], _int),
+    "qf_cycle": ([_MODEL, _DRAFT, ctypes.POINTER(CTreeIn), ctypes.POINTER(CTreeOut), ctypes.POINTER(CCycleIn),
+                  ctypes.POINTER(CCycleOut)], _int),
     "qf_commit": ([_ptr_t, _ptr_t, ctypes.c_int64, _int, _int, _int, _ptr_t, _int], _int),
     "qf_argmax": ([_ptr_t, _int, _int], ctypes.c_int64),
     "qf_rmsnorm": ([_ptr_t, _ptr_t, _ptr_t, _int, ctypes.c_float, _int], None),
@@ -188,7 +204,7 @@ SIGNATURES = {
     "qf_best_width": ([_ptr_t, _int, _ptr_t, _int, _ptr_t, _int, _dbl, _dbl, _ptr_t, _int, _dbl, _ptr_t, _int], _int),
 }
 MIRRORED = {"QMat": CMat, "QLayer": CLayer, "QModel": CModel, "QHead3": CHead3, "QDraft": CDraft,
-             "QTreeIn": CTreeIn, "QTreeOut": CTreeOut}
+             "QTreeIn": CTreeIn, "QTreeOut": CTreeOut, "QCycleIn": CCycleIn, "QCycleOut": CCycleOut}
 
 
 def layout_problem(lib: ctypes.CDLL) -> str | None:
@@ -234,6 +250,14 @@ TREE_CODES = {
     -3: (ValueError, "qf_draft_tree: a tree of top_k {top_k}, depth {depth}, {total_tokens} tokens does not fit "
                      "its arrays (top_k at most {tree_topk})"),
     -4: (ValueError, "{head_size}"),
+}
+
+# qf_cycle's codes by the part that returned them (QCycleOut.stage): each part's own table
+CYCLE_CODES = {
+    CycleStage.TREE: TREE_CODES,
+    CycleStage.FORWARD: FORWARD_CODES,
+    CycleStage.ABSORB: DRAFT_CODES,
+    CycleStage.CYCLE: {-1: (RuntimeError, "qf_cycle: its arrays or a cache cannot hold the tree's {rows} rows")},
 }
 
 

@@ -10,6 +10,7 @@ GGUF or from fp32 weights).
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,9 +87,9 @@ class KernelTarget:
             raise UserError(f"The token embedding's blocks are [{self.c_embed.N}, {self.c_embed.K}], "
                             f"not [{a.vocab_size}, {a.dim}].")
         self._c_layers, self._packed = c_layers, keep
-        self._c_model = CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
+        self.c_model = CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
                                 a.norm_eps, a.vocab_size, c_layers, owned_copy(final_norm, keep), c_lm, self.c_embed)
-        self._taps = (ctypes.c_int32 * max(1, len(self.aux_layers)))(*self.aux_layers)
+        self.c_taps = (ctypes.c_int32 * max(1, len(self.aux_layers)))(*self.aux_layers)
         self._rope = (None, None)
         self.rope(2048)
 
@@ -146,7 +147,7 @@ class KernelTarget:
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """The LM head of rows [.., D] (fp32)."""
-        y = matmul(self.lib, self._c_model.lm_head, features.reshape(-1, self.args.dim))
+        y = matmul(self.lib, self.c_model.lm_head, features.reshape(-1, self.args.dim))
         return y.reshape(*features.shape[:-1], -1)
 
     def _call(self, cache: KVCache, tokens, positions, tree_mask, with_taps: bool, logits: torch.Tensor | None,
@@ -178,13 +179,13 @@ class KernelTarget:
         x = torch.empty(T, D)
         taps = torch.empty(T, len(self.aux_layers) * D) if with_taps else None
         cos, sin = self._rope   # held for the call: another session may grow the tables meanwhile
-        rc = self.lib.qf_forward(ctypes.byref(self._c_model), toks.data_ptr(), x.data_ptr(), T, cos.data_ptr(),
+        rc = self.lib.qf_forward(ctypes.byref(self.c_model), toks.data_ptr(), x.data_ptr(), T, cos.data_ptr(),
                                  sin.data_ptr(), min(cos.shape[0], sin.shape[0]), cache.k.data_ptr(),
-                                 cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(), ptr_of(visible), self._taps,
+                                 cache.v.data_ptr(), cache.max_len, start, pos.data_ptr(), ptr_of(visible), self.c_taps,
                                  len(self.aux_layers) if with_taps else 0, ptr_of(taps), ptr_of(logits), ptr_of(best),
                                  torch.get_num_threads(), ptr_of(prof))
-        check_code("qf_forward", rc, FORWARD_CODES, taps=list(self._taps), layers=a.n_layers,
-                   head_size=head_size_problem(self._c_model.hd))
+        check_code("qf_forward", rc, FORWARD_CODES, taps=list(self.c_taps), layers=a.n_layers,
+                   head_size=head_size_problem(self.c_model.hd))
         return x, taps
 
 
@@ -325,6 +326,12 @@ class KernelDraft:
         out["mask"] = np.empty(verify * verify, np.uint8)
         return out
 
+    @staticmethod
+    def tree_out(out: dict[str, np.ndarray]) -> CTreeOut:
+        """qf_draft_tree's outputs: pointers into `out` (tree_arrays)."""
+        return CTreeOut(cap_nodes=len(out["tokens"]), cap_verify=len(out["order"]),
+                        **{k: out[k].ctypes.data for k in TREE_COLUMNS})
+
     @torch.no_grad()
     def draft_tree(self, cache: KVCache, root: int, root_g: torch.Tensor, root_top: tuple, base_pos: int,
                    top_k: int, depth: int, total_tokens: int, out: dict[str, np.ndarray],
@@ -335,6 +342,17 @@ class KernelDraft:
         best first. `budget` None: EAGLE-2 at this shape; else the auto budget's data for this
         cycle (read only: the seconds each level took come back in out["level_s"]). Returns the
         call's counts."""
+        call = self.tree_call(cache, root, root_g, root_top, base_pos, top_k, depth, total_tokens, out, budget)
+        rc = self.lib.qf_draft_tree(ctypes.byref(self.c), ctypes.byref(call.cin), ctypes.byref(call.cout))
+        check_code("qf_draft_tree", rc, TREE_CODES, **call.known)
+        return call.counts()
+
+    def tree_call(self, cache: KVCache, root: int, root_g: torch.Tensor, root_top: tuple, base_pos: int,
+                  top_k: int, depth: int, total_tokens: int, out: dict[str, np.ndarray],
+                  budget: BudgetInputs | None, cout: CTreeOut | None = None) -> "TreeCall":
+        """qf_draft_tree's arguments (draft_tree's), checked, with what they point into kept alive
+        (the kernels' one-call cycle passes them on too; `cout`: tree_out(out), kept by a caller
+        that reuses `out`)."""
         cos, sin = self._rope
         self._check(cache)
         if root_g.numel() != self.args.dim or root_top[0].numel() != root_top[1].numel():
@@ -360,10 +378,22 @@ class KernelDraft:
                       explore=int(b.explore), max_width=len(prices) - 1, call_guess=b.call_guess, odds=b.odds,
                       tn=tn.ctypes.data, rank_prob=ranks.ctypes.data, prices=prices.ctypes.data,
                       threads=torch.get_num_threads())
-        cout = CTreeOut(cap_nodes=len(out["tokens"]), cap_verify=len(out["order"]),
-                        **{k: out[k].ctypes.data for k in TREE_COLUMNS})
-        rc = self.lib.qf_draft_tree(ctypes.byref(self.c), ctypes.byref(cin), ctypes.byref(cout))
-        check_code("qf_draft_tree", rc, TREE_CODES, top_k=top_k, depth=depth, total_tokens=total_tokens,
-                   tree_topk=TREE_TOPK, head_size=head_size_problem(self.c.layer.hd))
-        return TreeCounts(n=cout.n, n_beams=cout.n_beams, draft_calls=cout.draft_calls, n_verify=cout.n_verify,
-                          best_n=cout.best_n, expected=cout.expected, head_s=cout.head_s)
+        cout = cout or self.tree_out(out)
+        known = dict(top_k=top_k, depth=depth, total_tokens=total_tokens, tree_topk=TREE_TOPK,
+                     head_size=head_size_problem(self.c.layer.hd))
+        return TreeCall(cin, cout, (g, vals, ids, tn, ranks, prices, cos, sin), known)
+
+
+@dataclass
+class TreeCall:
+    """One qf_draft_tree call's structs, the arrays they point into (alive while this is) and what
+    its error lines name."""
+    cin: CTreeIn
+    cout: CTreeOut
+    keep: tuple
+    known: dict
+
+    def counts(self) -> TreeCounts:
+        c = self.cout
+        return TreeCounts(n=c.n, n_beams=c.n_beams, draft_calls=c.draft_calls, n_verify=c.n_verify, best_n=c.best_n,
+                          expected=c.expected, head_s=c.head_s)

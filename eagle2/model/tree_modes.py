@@ -30,6 +30,16 @@ class Explore(IntEnum):
     HALF = 2     # half of it
 
 
+class CycleStage(IntEnum):
+    """Which part of the kernels' one-call cycle (qf_cycle) a nonzero return came from
+    (QCycleOut.stage): each part's codes are its own call's."""
+    NONE = 0
+    TREE = 1      # the tree's drafting (qf_draft_tree)
+    FORWARD = 2   # the target's forward (qf_forward)
+    ABSORB = 3    # the head absorbing the accepted pairs (qf_draft)
+    CYCLE = 4     # the cycle's own check: its arrays or a cache too small for the tree
+
+
 @dataclass(frozen=True)
 class BudgetInputs:
     """The auto budget's data for one cycle's call (QTreeIn's budget fields; policies/auto.py builds

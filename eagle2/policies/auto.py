@@ -301,18 +301,18 @@ class AutoBudgetPolicy(Eagle2Policy):
                                   [len(b) for b in tree.beam[:calls]], n, best_n,
                                   float(rate * (spent + cyc.tn[best_n - 1])), tree.draft_calls, cyc.took)
 
-    def draft_native(self, runner, root, cyc: BudgetCycle):
+    def native_inputs(self, cyc: BudgetCycle) -> BudgetInputs:
         """The same rule in the kernels' one call: they read this cycle's tables and the prices,
-        and return what each call took, learnt here as keep learns it."""
-        budget = BudgetInputs(mode=self.native_budget(), tn=cyc.tn, rank_prob=cyc.rank_prob, prices=self.prices.seconds,
-                              call_guess=cyc.call_guess, odds=cyc.odds, explore_depth=cyc.explore_depth,
-                              explore=cyc.explore)
-        tree, r = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens, budget)
+        and return what each call took, learnt in native_learn as keep learns it."""
+        return BudgetInputs(mode=self.native_budget(), tn=cyc.tn, rank_prob=cyc.rank_prob, prices=self.prices.seconds,
+                            call_guess=cyc.call_guess, odds=cyc.odds, explore_depth=cyc.explore_depth,
+                            explore=cyc.explore)
+
+    def native_learn(self, tree, counts, cyc: BudgetCycle) -> None:
         c, calls = tree.cols, tree.draft_calls - 1
         widths = c["beam_len"][:calls].tolist()
-        tree.record = self._learn(cyc, c["rank_sum"], c["rank_count"], widths, r.n_verify, r.best_n, r.expected,
-                                  tree.draft_calls, list(zip(widths, c["level_s"][:calls].tolist())))
-        return tree
+        tree.record = self._learn(cyc, c["rank_sum"], c["rank_count"], widths, counts.n_verify, counts.best_n,
+                                  counts.expected, tree.draft_calls, list(zip(widths, c["level_s"][:calls].tolist())))
 
     def _explore(self, best_n: int, pool: int, explore: Explore) -> int:
         """The N to verify this cycle: the best one, except every EXPLORE_EVERY cycles twice it

@@ -80,6 +80,11 @@ class TreePolicy:
     def draft(self, runner: HeadRunner, root: int) -> DraftTree:
         raise NotImplementedError
 
+    def native_tree(self, runner: HeadRunner) -> bool:
+        """Whether this cycle's tree is the kernels' one call (eagle2.Eagle2Policy.draft_native):
+        then a greedy cycle runs whole in the kernels (Decoder.speculate_in_kernels)."""
+        return False
+
     def accept(self, tree: DraftTree, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
                gen: torch.Generator, best: list[int] | None = None) -> tuple[list[int], int]:
         """The lossless rule (docs/algorithms.md §7): greedy (on `best`, each row's argmax, when the

@@ -11,7 +11,7 @@ import torch
 from ..cycle.drafting import HeadRunner
 from ..cycle.tree import DraftTree, TreeRecord, log_mass
 from ..cycle.tree_arrays import TreeArrays
-from ..model.tree_modes import TREE_TOPK, TreeBudget
+from ..model.tree_modes import TREE_TOPK, BudgetInputs, TreeBudget, TreeCounts
 from .base import TreeBuilder, TreePolicy, check_int
 
 
@@ -53,17 +53,28 @@ class Eagle2Policy(TreePolicy):
         budget: EAGLE-2 as it is), or None where only this file's loop does (a variant's hooks)."""
         return TreeBudget.EAGLE2 if type(self) is Eagle2Policy else None
 
+    def native_tree(self, runner: HeadRunner) -> bool:
+        return runner.drafts_trees and self.top_k <= TREE_TOPK and self.native_budget() is not None
+
     def draft(self, runner: HeadRunner, root: int) -> DraftTree | TreeArrays:
         """The tree, in one call of the kernels where the draft head runs there and this policy's
         rule is theirs (the same tree: tests/test_native_cycle.py), else level by level below."""
         cyc = self.begin(runner)
-        if runner.drafts_trees and self.top_k <= TREE_TOPK and self.native_budget() is not None:
+        if self.native_tree(runner):
             return self.draft_native(runner, root, cyc)
         return self.draft_levels(runner, root, cyc)
 
     def draft_native(self, runner: HeadRunner, root: int, cyc) -> TreeArrays:
-        tree, _ = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens)
+        tree, counts = runner.draft_tree(root, self.top_k, self.depth, self.total_tokens, self.native_inputs(cyc))
+        self.native_learn(tree, counts, cyc)
         return tree
+
+    def native_inputs(self, cyc) -> BudgetInputs | None:
+        """What the kernels' tree call reads of this policy this cycle (None: EAGLE-2 as it is)."""
+        return None
+
+    def native_learn(self, tree: TreeArrays, counts: TreeCounts, cyc) -> None:
+        """What the policy keeps of the kernels' tree (its record, what it learns); EAGLE-2 none."""
 
     def draft_levels(self, runner: HeadRunner, root: int, cyc) -> DraftTree:
         """EAGLE-2's loop in Python: a draft call per level, the hooks deciding (the reference
