@@ -15,7 +15,8 @@ from typing import Callable
 PHASE_TEXT = (
     ("draft_head", "the draft head's forwards: absorbing the last cycle's tokens, then one call per level"),
     ("draft_tree", "drafting around the head: top-k, growing the tree, the policy's choices and rerank"),
-    ("verify_inputs", "the verification's inputs: tokens, positions and the tree mask"),
+    ("verify_inputs", "the verification's inputs: tokens, positions and the tree mask (a greedy cycle in one "
+                      "call of the kernels: the call's arguments and what it returns)"),
     ("target_forward", "the target's forward over the root and the kept nodes (the one it cannot skip)"),
     ("accept", "acceptance: the path the target agrees with, and the bonus token"),
     ("cache_commit", "committing the accepted nodes' K/V and making the next state"),
