@@ -382,3 +382,15 @@ def test_a_failing_part_of_the_cycle_names_itself():
         qlib.check_code("qf_cycle", -2, qlib.CYCLE_CODES[CycleStage.FORWARD])
     with pytest.raises(RuntimeError, match="cannot hold the tree's 9 rows"):
         qlib.check_code("qf_cycle", -1, qlib.CYCLE_CODES[CycleStage.CYCLE], rows=9)
+
+
+def test_a_preview_after_a_cycle_in_one_call_pays_the_reading_it_starts_from(tiny_e3):
+    """The head's reading of the kept pairs counts in the cycle that took it; another policy's
+    preview on that context is a whole cycle of its own, so it counts the reading too."""
+    d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=20, record=True, total_tokens=8, depth=3, top_k=4)
+    d.start(input_ids=PROMPTS[1])
+    d.step()
+    d.step()
+    r = d.state.reading
+    assert r is not None and r.charged and r.seconds > 0
+    assert d.preview("static").timings["draft_head_s"] >= r.seconds

@@ -224,7 +224,7 @@ class Decoder:
         b, dev = self.b, self.b.device
         clock = self.clock()   # the cycle's phases (eagle2/phases.py): each lap closes one
         # 1. The head reads what the last cycle committed (perhaps already: Decoder.absorb).
-        s = self.absorbed(s, clock)
+        s = self.absorbed(s, clock, preview=not commit)
         # 2. Draft a tree under the root: the policy decides its shape.
         hc = s.hcache
         runner = HeadRunner(b.draft, hc, s.reading.g, base_pos=hc.length - 1, root_logp=s.reading.logp,
@@ -298,14 +298,15 @@ class Decoder:
         c.timings = clock.timings()
         return s, c
 
-    def absorbed(self, s: DecodeState, clock: PhaseClock | None = None) -> DecodeState:
+    def absorbed(self, s: DecodeState, clock: PhaseClock | None = None, preview: bool = False) -> DecodeState:
         """The state with the pending (target feature, next token) pairs fed to the head: its last
         output predicts the feature at the root, whose logits give the root's children. The state
         given stays as it was (the head's K/V go past its head cache's length). With `clock` (a
         cycle's), the absorbing's seconds are charged to its draft_head phase, now or, when it ran
-        earlier, as it took then."""
+        earlier, as it took then; a reading the cycle that took it counted already (`charged`: the
+        kernels' one call) only in a `preview`, whose cycle is another policy's whole."""
         if s.reading is not None:
-            if clock is not None and not s.reading.charged:
+            if clock is not None and (preview or not s.reading.charged):
                 clock.add("draft_head", s.reading.seconds)
             return s
         clock = clock or self.clock()
