@@ -35,6 +35,7 @@ from ..model.tree_modes import TREE_TOPK
 from ..phases import PHASES, PhaseClock, grouped, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
+from .prefill import Prefill, checked_ids, prefill
 from .recording import TraceRecorder, preview_trace, run_meta
 from .text import TextStream
 
@@ -74,50 +75,6 @@ class DecodeState:
     draft_calls: int = 0
     spent: tuple[tuple[str, float], ...] = tuple(NO_TIME.items())   # seconds per phase, every cycle
     finished: str | None = None               # "eos", "max_new_tokens", "context" once done
-
-
-def checked_ids(bundle, ids: list[int]) -> list[int]:
-    """A prompt's token ids if the model can decode after them, else one clear line (UserError)."""
-    check(len(ids) >= 1, "The prompt is empty: type something first.")
-    ctx = bundle.args.max_positions
-    check(len(ids) + 2 <= ctx,
-          f"The prompt is {len(ids)} tokens long; this model's context is {ctx} tokens. Shorten it.")
-    return ids
-
-
-@dataclass(frozen=True)
-class Prefill:
-    """A prompt's target forward (cycle 0's work before the first token is chosen): the cache that
-    holds its K/V (uncommitted: length 0), the features the head reads, the last row's logits and
-    the seconds it took per phase. Decoders of the same bundle may share one (the race's three
-    prefill once): each copies the K/V into its own cache and chooses its first token itself."""
-    bundle: Bundle
-    ids: tuple[int, ...]
-    cache: KVCache
-    feats: torch.Tensor
-    logits: torch.Tensor
-    seconds: dict[str, float]
-
-    def copy(self, into: KVCache) -> KVCache:
-        """`into` holding this prompt's K/V (still uncommitted, as the forward left its own)."""
-        n = len(self.ids)
-        into.k[:, :, :, :n] = self.cache.k[:, :, :, :n]
-        into.v[:, :, :, :n] = self.cache.v[:, :, :, :n]
-        return into
-
-
-@DECODING
-def prefill(bundle: Bundle, ids: list[int], cache: KVCache, clock: PhaseClock) -> Prefill:
-    """The target's forward over the prompt's ids into `cache` (empty), timed on `clock` (a
-    decoder's): what Decoder.start runs, or is given to share."""
-    dev = bundle.device
-    before = dict(clock.spent)
-    tokens = torch.tensor(ids, dtype=torch.long, device=dev)
-    clock.lap("verify_inputs")
-    feats, logits = bundle.forward.prefill(cache, tokens, torch.arange(len(ids), device=dev))
-    clock.lap("target_forward")
-    seconds = {p: clock.spent[p] - before[p] for p in ("verify_inputs", "target_forward")}
-    return Prefill(bundle, tuple(ids), cache, feats, logits, seconds)
 
 
 class Decoder:

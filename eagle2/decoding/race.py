@@ -18,7 +18,8 @@ from ..model.calibration import verify_profile
 from ..model.verify_times import RECORD_KEY
 from ..policies.base import TreePolicy
 from ..policies.registry import BASELINE, PLAIN, check_policy, default_policy, is_plain, make_policy
-from .decoder import MAX_NEW_TOKENS, Decoder, prefill
+from .decoder import MAX_NEW_TOKENS, Decoder
+from .prefill import prefill
 
 # Each decoder's role in the race, in the order of Race.decoders (a trace's series say which is which)
 ROLES = ("main", "compare", PLAIN)

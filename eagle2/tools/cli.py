@@ -102,7 +102,8 @@ def check_generate(a) -> dict:
 
 
 def cmd_generate(a) -> int:
-    from ..decoding.decoder import Decoder, checked_ids
+    from ..decoding.decoder import Decoder
+    from ..decoding.prefill import checked_ids
     from ..model.chat import prompt_ids
     from ..model.loading import load_bundle
     from ..model.calibration import verify_profile
