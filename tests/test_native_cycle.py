@@ -394,3 +394,14 @@ def test_a_preview_after_a_cycle_in_one_call_pays_the_reading_it_starts_from(tin
     r = d.state.reading
     assert r is not None and r.charged and r.seconds > 0
     assert d.preview("static").timings["draft_head_s"] >= r.seconds
+
+
+def test_a_released_decoder_lets_its_cycle_arrays_go(tiny_e3):
+    """The one call's arrays (every verified row's logits among them) live with the decoder while
+    it steps; released (the page dropping a session), they go with its caches."""
+    d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=8, record=False, total_tokens=8, depth=3, top_k=4)
+    d.start(input_ids=PROMPTS[0])
+    d.step()
+    assert d.kcycle.held_bytes >= 8 * tiny_e3.forward.args.vocab_size * 4
+    d.release()
+    assert d.kcycle.held_bytes == 0

@@ -324,6 +324,8 @@ class Decoder:
         stay. It cannot step again."""
         if self.state is not None:
             self.state = replace(self.state, cache=None, hcache=None, pending=None, reading=None)
+        if self.kcycle is not None:   # its arrays: the last cycle's logits, the rows it verified
+            self.kcycle.release()
 
     # ------------------------------------------------------------------ internals
     def _live_state(self) -> DecodeState:

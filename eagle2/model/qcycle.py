@@ -57,6 +57,10 @@ class _Arrays:
                      for g, lp, tv, ti in self.readings]
         self.turn = 0
 
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.x, self.logits, self.best, *([] if self.aux is None else [self.aux]),
+                *(t for r in self.readings for t in r)]
+
 
 class KernelCycle:
     """qf_cycle for one target and its head. Its arrays are kept between calls (one set per tree
@@ -77,6 +81,15 @@ class KernelCycle:
         if shape not in self._shapes:
             self._shapes[shape] = _Arrays(self.target, self.draft, shape)
         return self._shapes[shape]
+
+    def release(self) -> None:
+        """Let its arrays go (a decoder that will not step again); the next call makes them anew."""
+        self._shapes.clear()
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes its arrays reserve (the logits' rows the most: [rows, vocab] in fp32)."""
+        return sum(t.numel() * t.element_size() for a in self._shapes.values() for t in a.tensors())
 
     def rows(self, top_k: int, depth: int, total_tokens: int) -> int:
         """The most rows a tree of this shape verifies (the target's cache needs room for them)."""
