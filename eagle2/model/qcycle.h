@@ -61,9 +61,10 @@ int qf_cycle(const QModel* md, const QDraft* head, const QTreeIn* tin, QTreeOut*
     out->n_path = n_path, out->bonus = out->best[node];
     const auto t3 = clock::now();
     out->accept_s = secs(t2, t3);
+    const int n = 1 + n_path, width = in->ntaps ? in->ntaps * D : D, hc = tin->committed, hd = head->layer.hd;
+    if (hc + n > tin->cap || hc + n > tin->rope_rows) return out->stage = STAGE_CYCLE, -1;  // before any commit
 
     // the root's and the path's K/V kept (verify positions ascend along a path)
-    const int n = 1 + n_path;
     std::vector<int64_t> slots(n);
     slots[0] = L;
     for (int i = 0; i < n_path; ++i) slots[1 + i] = (int64_t)L + out->path[i];
@@ -75,9 +76,7 @@ int qf_cycle(const QModel* md, const QDraft* head, const QTreeIn* tin, QTreeOut*
     out->commit_s = secs(t3, t4);
 
     // the head absorbs the kept rows' states, each beside the token after it (Decoder.absorbed)
-    const int width = in->ntaps ? in->ntaps * D : D, hc = tin->committed, hd = head->layer.hd;
     const float* states = in->ntaps ? out->aux : out->x;
-    if (hc + n > tin->cap || hc + n > tin->rope_rows) return out->stage = STAGE_CYCLE, -1;
     std::vector<float> feats((size_t)n * width);
     std::vector<int64_t> pairs(n);
     for (int i = 0; i < n; ++i) {
