@@ -88,7 +88,7 @@ class KernelTarget:
                             f"not [{a.vocab_size}, {a.dim}].")
         self._c_layers, self._packed = c_layers, keep
         self.c_model = CModel(a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.intermediate, a.n_layers,
-                                a.norm_eps, a.vocab_size, c_layers, owned_copy(final_norm, keep), c_lm, self.c_embed)
+                              a.norm_eps, a.vocab_size, c_layers, owned_copy(final_norm, keep), c_lm, self.c_embed)
         self.c_taps = (ctypes.c_int32 * max(1, len(self.aux_layers)))(*self.aux_layers)
         self._rope = (None, None)
         self.rope(2048)
