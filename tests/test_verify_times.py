@@ -47,3 +47,19 @@ def test_the_live_table_reads_by_the_same_rule():
     live.observe(2, 0.006)                                       # N = 2 took half the prior's figure
     assert live.t(2) == pytest.approx(0.006) and live.t(8) == pytest.approx(0.012)   # the table above it halves
     assert live.t(1) == pytest.approx(0.01)                      # below every observation: the prior
+
+
+def test_the_live_table_settles_small_moves_and_takes_large_ones_at_once():
+    """A median that moves by less than SETTLE keeps the table the budget reads (it is rebuilt
+    only when a new N is observed or a median moves further); t() and table() stay one reading."""
+    from eagle2.model.verify_times import SETTLE
+    live = LiveVerifyTimes({1: 0.01, 2: 0.012, 4: 0.016, 8: 0.024}, window=1)
+    live.observe(2, 0.006)
+    first = live.table(8).copy()
+    assert first[1] == pytest.approx(0.006)
+    live.observe(2, 0.006 * (1 + SETTLE / 2))                    # a small move: the same table
+    assert (live.table(8) == first).all() and live.t(2) == first[1]
+    live.observe(2, 0.006 * (1 + 3 * SETTLE))                    # a larger one: read at once
+    assert live.table(8)[1] == pytest.approx(0.006 * (1 + 3 * SETTLE)) and live.t(2) == live.table(8)[1]
+    live.observe(4, 0.01)                                        # a new N: read at once
+    assert live.t(4) == pytest.approx(0.01) and live.table(8)[3] == live.t(4)

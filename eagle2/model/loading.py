@@ -87,10 +87,15 @@ class Bundle:
         return f"{self.forward.description}; {self.draft.description}"
 
     @property
-    def eos_ids(self) -> set[int]:
-        ids = set(self.args.eos_ids)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
+    def eos_ids(self) -> frozenset[int]:
+        """The tokens that end a reply (the model's and the tokenizer's), found once per bundle:
+        a decoder reads them every step, and the tokenizer's lookup costs tens of microseconds."""
+        ids = self.derived.get("eos_ids")
+        if ids is None:
+            found = set(self.args.eos_ids)
+            if self.tokenizer.eos_token_id is not None:
+                found.add(self.tokenizer.eos_token_id)
+            ids = self.derived["eos_ids"] = frozenset(found)
         return ids
 
 

@@ -344,7 +344,8 @@ class KernelDraft:
         call's counts."""
         call = self.tree_call(cache, root, root_g, root_top, base_pos, top_k, depth, total_tokens, out, budget)
         rc = self.lib.qf_draft_tree(ctypes.byref(self.c), ctypes.byref(call.cin), ctypes.byref(call.cout))
-        check_code("qf_draft_tree", rc, TREE_CODES, **call.known)
+        if rc != 0:
+            check_code("qf_draft_tree", rc, TREE_CODES, **call.known)
         return call.counts()
 
     def tree_call(self, cache: KVCache, root: int, root_g: torch.Tensor, root_top: tuple, base_pos: int,
@@ -379,9 +380,8 @@ class KernelDraft:
                       tn=tn.ctypes.data, rank_prob=ranks.ctypes.data, prices=prices.ctypes.data,
                       threads=torch.get_num_threads())
         cout = cout or self.tree_out(out)
-        known = dict(top_k=top_k, depth=depth, total_tokens=total_tokens, tree_topk=TREE_TOPK,
-                     head_size=head_size_problem(self.c.layer.hd))
-        return TreeCall(cin, cout, (g, vals, ids, tn, ranks, prices, cos, sin), known)
+        return TreeCall(cin, cout, (g, vals, ids, tn, ranks, prices, cos, sin), (top_k, depth, total_tokens),
+                        self.c.layer.hd)
 
 
 @dataclass
@@ -391,7 +391,15 @@ class TreeCall:
     cin: CTreeIn
     cout: CTreeOut
     keep: tuple
-    known: dict
+    shape: tuple[int, int, int]   # top_k, depth, total_tokens
+    head_dim: int
+
+    @property
+    def known(self) -> dict:
+        """What its error lines name (made only when one is raised)."""
+        top_k, depth, total_tokens = self.shape
+        return dict(top_k=top_k, depth=depth, total_tokens=total_tokens, tree_topk=TREE_TOPK,
+                    head_size=head_size_problem(self.head_dim))
 
     def counts(self) -> TreeCounts:
         c = self.cout

@@ -135,8 +135,8 @@ class CallPrices:
         self.seconds = np.full(MAX_WIDTH + 1, np.nan)
 
     def observe(self, width: int, seconds: float) -> None:
-        old = self.seconds[width]
-        self.seconds[width] = seconds if np.isnan(old) else (1 - self.decay) * old + self.decay * seconds
+        old = float(self.seconds[width])   # (a Python float: numpy's scalar calls cost more in a cycle)
+        self.seconds[width] = seconds if math.isnan(old) else (1 - self.decay) * old + self.decay * seconds
 
     def price(self, width: int, fallback: float) -> float:
         seen = np.flatnonzero(~np.isnan(self.seconds))
@@ -344,14 +344,16 @@ class AutoBudgetPolicy(Eagle2Policy):
 
     def _learn_ranks(self, cyc: BudgetCycle, sums: np.ndarray, counts: np.ndarray) -> None:
         """Running mean draft probability of the rank-r child of an expanded node (levels >= 1)."""
-        seen = counts > 0
-        if not seen.any():
+        # (ten ranks: plain Python over lists, numpy's calls cost more than their work in a cycle)
+        sums, counts = sums.tolist(), counts.tolist()
+        if not any(counts):
             return
-        cur = np.where(seen, sums / np.maximum(counts, 1), 0.0)
-        if self.rank_prob is None:
-            self.rank_prob = np.where(seen, cur, cyc.rank_prob)
+        if self.rank_prob is None:   # the first cycle takes the ranks it saw as they are
+            old = cyc.rank_prob.tolist()
+            self.rank_prob = np.array([s / c if c > 0 else o for s, c, o in zip(sums, counts, old)])
         else:
-            self.rank_prob = np.where(seen, 0.9 * self.rank_prob + 0.1 * cur, self.rank_prob)
+            old = self.rank_prob.tolist()
+            self.rank_prob = np.array([0.9 * o + 0.1 * (s / c) if c > 0 else o for s, c, o in zip(sums, counts, old)])
 
     def summary_stats(self) -> dict:
         # "prior": where the prior came from, under the key the recorded stats already use
