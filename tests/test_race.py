@@ -235,6 +235,63 @@ def test_the_three_decoders_share_one_prefill_and_decode_as_alone(tiny_bundle, m
         assert torch.equal(alone.state.cache.k[:, :, :, :5], d.state.cache.k[:, :, :, :5]), name
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_the_head_reads_the_prompt_once_for_both_tree_decoders(tiny_bundle, monkeypatch, temperature):
+    """The comparison decoder takes the main decoder's reading of the prompt (the same head on the
+    same pairs): the head absorbs the prompt once, the comparison's head cache and reading are what
+    absorbing them itself gives, its first step is charged the reading's seconds, and it decodes
+    as alone."""
+    from eagle2.decoding.decoder import Decoder
+    settings = TINY.with_(temperature=temperature, seed=3, max_new_tokens=12)
+    draft = tiny_bundle.draft
+    reads = []
+    real = draft.step
+
+    def counted(*a, **kw):
+        reads.append(a[2].numel())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(draft, "step", counted)
+    r = Race()
+    r.start(tiny_bundle, "w5 w9 w14 w3 w7", settings)
+    n = len(r.main.state.prompt_ids)
+    assert reads == [n]                                      # the prompt's pairs, read once
+    m, c = r.main.state, r.cmp.state
+    assert c.pending is None and c.hcache.length == m.hcache.length == n
+    monkeypatch.setattr(draft, "step", real)
+    alone = Decoder(tiny_bundle, settings.policy_for(settings.compare), settings.sampling(), max_new_tokens=12)
+    alone.start("w5 w9 w14 w3 w7")
+    alone.absorb()
+    a = alone.state
+    assert torch.equal(a.hcache.k[:, :, :, :n], c.hcache.k[:, :, :, :n])
+    assert torch.equal(a.hcache.v[:, :, :, :n], c.hcache.v[:, :, :, :n])
+    assert torch.equal(a.reading.g, c.reading.g) and torch.equal(a.reading.logp, c.reading.logp)
+    assert c.reading.seconds == m.reading.seconds > 0 and not c.reading.charged
+    assert c.reading.g.data_ptr() != m.reading.g.data_ptr()  # its own copy: the main decoder's next call may reuse its own
+    r.tick()
+    assert r.cmp.trace.steps[1].timings["draft_head_s"] >= c.reading.seconds
+    while not r.finished:
+        r.tick()
+    while alone.state.finished is None:
+        alone.step()
+    assert alone.generated == r.cmp.generated
+
+
+def test_a_reading_is_taken_only_from_the_same_context(tiny_bundle):
+    from eagle2.decoding.decoder import Decoder
+    a = Decoder(tiny_bundle, "eagle2", max_new_tokens=8, total_tokens=8, depth=3, top_k=4)
+    b = Decoder(tiny_bundle, "eagle2", max_new_tokens=8, total_tokens=8, depth=3, top_k=4)
+    a.start(input_ids=[5, 9, 14, 3])
+    b.start(input_ids=[5, 9, 14, 2])
+    a.absorb()
+    before = b.state
+    assert not b.take_reading(a) and b.state is before        # another prompt: nothing taken
+    b.start(input_ids=[5, 9, 14, 3])
+    assert not b.take_reading(b)                              # nothing absorbed to take
+    assert b.take_reading(a) and b.state.pending is None
+    assert not b.take_reading(a)                              # absorbed already: nothing to take
+
+
 class WriteWatch:
     """Python's audit events for every file opened for writing (os.open included), renamed,
     removed or made, while watching. A hook stays for the life of the process: it is added once

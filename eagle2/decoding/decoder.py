@@ -300,6 +300,29 @@ class Decoder:
         self.state = self.absorbed(self._live_state())
 
     @DECODING
+    def take_reading(self, other: "Decoder") -> bool:
+        """The head's reading of the context copied from `other`, a decoder of the same bundle on
+        the same context that has absorbed it (the race's comparison decoder after the prompt,
+        from the main one): the same head on the same pairs gives the same K/V and reading, so a
+        long prompt is read by the head once, not once a decoder. Its seconds count in this
+        decoder's next step, as absorbing them itself would. False, and nothing changed, where the
+        two are not on the same context or this one has nothing to absorb."""
+        s, o = self._live_state(), other._live_state()
+        if (other.b is not self.b or s.pending is None or o.reading is None or s.hcache.length != 0
+                or (o.prompt_ids, o.generated) != (s.prompt_ids, s.generated)
+                or o.hcache.length != len(s.pending[1]) or o.hcache.length > s.hcache.max_len):
+            return False
+        n, hc = o.hcache.length, copy.copy(s.hcache)
+        hc.k[:, :, :, :n] = o.hcache.k[:, :, :, :n]
+        hc.v[:, :, :, :n] = o.hcache.v[:, :, :, :n]
+        hc.length = n
+        r = o.reading
+        top = None if r.top is None else tuple(t.clone() for t in r.top)
+        self.state = replace(s, hcache=hc, pending=None,
+                             reading=Reading(r.g.clone(), r.logp.clone(), top, r.seconds))
+        return True
+
+    @DECODING
     def preview(self, policy) -> StepTrace:
         """The cycle another policy would run on the current context, without committing (the
         page's side-by-side view), numbered like the next step. A pure function of the state: a

@@ -107,6 +107,11 @@ class Race:
         for d in decs:
             d.start(input_ids=ids, prefilled=shared)
             d.trace.meta[RECORD_KEY] = costs
+        # The head reads the prompt once for both tree decoders (the same head on the same pairs):
+        # the comparison takes the main decoder's reading, each charged its seconds in its first step.
+        if main is not None and cmp is not None:
+            decs[0].absorb()
+            decs[1].take_reading(decs[0])
         self.main, self.cmp, self.plain = decs
         self.prompt, self.settings, self.previews = prompt, s, {}
 
