@@ -203,6 +203,18 @@ def test_a_preview_changes_nothing_of_the_next_step(tiny_bundle, temperature):
             assert (a.tree is None) == (b.tree is None) and (a.tree is None or a.tree.tokens == b.tree.tokens)
 
 
+def rows_per_call(monkeypatch, obj, name: str, arg: int) -> list[int]:
+    """obj.name counted while the test runs: the rows (numel) of its argument `arg`, one entry a call."""
+    calls, real = [], getattr(obj, name)
+
+    def counted(*a, **kw):
+        calls.append(a[arg].numel())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(obj, name, counted)
+    return calls
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_the_three_decoders_share_one_prefill_and_decode_as_alone(tiny_bundle, monkeypatch, temperature):
     """The race runs the prompt's forward once for its three decoders: each starts from a copy of
@@ -210,15 +222,7 @@ def test_the_three_decoders_share_one_prefill_and_decode_as_alone(tiny_bundle, m
     token drawn from its own random stream, the same tokens after, sampled or greedy)."""
     from eagle2.decoding.decoder import Decoder
     settings = TINY.with_(temperature=temperature, seed=3, max_new_tokens=12)
-    forward = tiny_bundle.forward
-    calls = []
-    real = forward.prefill
-
-    def counted(*a, **kw):
-        calls.append(a[1].numel())
-        return real(*a, **kw)
-
-    monkeypatch.setattr(forward, "prefill", counted)
+    calls = rows_per_call(monkeypatch, tiny_bundle.forward, "prefill", 1)
     r = Race()
     r.start(tiny_bundle, "w5 w9 w14 w3 w7", settings)
     assert len(calls) == 1                                   # one forward over the prompt for three
@@ -243,22 +247,14 @@ def test_the_head_reads_the_prompt_once_for_both_tree_decoders(tiny_bundle, monk
     as alone."""
     from eagle2.decoding.decoder import Decoder
     settings = TINY.with_(temperature=temperature, seed=3, max_new_tokens=12)
-    draft = tiny_bundle.draft
-    reads = []
-    real = draft.step
-
-    def counted(*a, **kw):
-        reads.append(a[2].numel())
-        return real(*a, **kw)
-
-    monkeypatch.setattr(draft, "step", counted)
+    reads = rows_per_call(monkeypatch, tiny_bundle.draft, "step", 2)
     r = Race()
     r.start(tiny_bundle, "w5 w9 w14 w3 w7", settings)
     n = len(r.main.state.prompt_ids)
     assert reads == [n]                                      # the prompt's pairs, read once
     m, c = r.main.state, r.cmp.state
     assert c.pending is None and c.hcache.length == m.hcache.length == n
-    monkeypatch.setattr(draft, "step", real)
+    monkeypatch.undo()
     alone = Decoder(tiny_bundle, settings.policy_for(settings.compare), settings.sampling(), max_new_tokens=12)
     alone.start("w5 w9 w14 w3 w7")
     alone.absorb()
@@ -267,7 +263,7 @@ def test_the_head_reads_the_prompt_once_for_both_tree_decoders(tiny_bundle, monk
     assert torch.equal(a.hcache.v[:, :, :, :n], c.hcache.v[:, :, :, :n])
     assert torch.equal(a.reading.g, c.reading.g) and torch.equal(a.reading.logp, c.reading.logp)
     assert c.reading.seconds == m.reading.seconds > 0 and not c.reading.charged
-    assert c.reading.g.data_ptr() != m.reading.g.data_ptr()  # its own copy: the main decoder's next call may reuse its own
+    assert c.reading.g.data_ptr() != m.reading.g.data_ptr()  # its own copy (the main one's calls may reuse theirs)
     r.tick()
     assert r.cmp.trace.steps[1].timings["draft_head_s"] >= c.reading.seconds
     while not r.finished:
