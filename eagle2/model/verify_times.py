@@ -105,7 +105,7 @@ class LiveVerifyTimes:
         self.prior = VerifyTimes(prior)
         self.window = window
         self.live: dict[int, deque] = {}
-        self._median: dict[int, float] = {}    # each observed N's median, kept as it changes
+        self._median: dict[int, float] = {}    # each observed N's median as the table holds it (observe)
         self.observed = 0
         self._now: VerifyTimes | None = None   # estimates() as a table, rebuilt after an observation
         self._table: np.ndarray | None = None  # t(1..n) read from it, the budget's once a cycle
@@ -128,7 +128,7 @@ class LiveVerifyTimes:
             self._now = self._table = None
 
     def estimates(self) -> dict[int, float]:
-        """The table as it stands: each observed N's median, and every prior point scaled by
+        """The table as it stands: each observed N's median as last taken in, and every prior point scaled by
         live/prior at the nearest observed N below it (none: as it is), by N."""
         if not self._median:
             return self.prior.points
