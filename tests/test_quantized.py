@@ -127,14 +127,16 @@ def _after(fwd, prompt: list[int], room: int):
 
 def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
     """The logits of a causal forward of `extra` after `prompt`, for every instruction set, 1 and
-    2 threads, and the matmuls reading ahead or not (qf_set_prefetch)."""
+    2 threads, and the matmuls and attention reading ahead or not (qf_set_prefetch, qf_set_kv_prefetch)."""
     lib, best, ahead, out = target.lib, target.lib.qf_isa(), target.lib.qf_prefetch(), {}
-    assert ahead > 0, "the kernels read ahead by default"
+    kv_ahead = lib.qf_kv_prefetch()
+    assert ahead > 0 and kv_ahead > 0, "the kernels read ahead by default"
     try:
         for i in _isas(lib):
             lib.qf_set_isa(i)
             for threads, prefetch in ((1, ahead), (2, ahead), (2, 0), (1, 64)):
                 assert lib.qf_set_prefetch(prefetch) == 0
+                assert lib.qf_set_kv_prefetch(kv_ahead if prefetch == ahead else min(prefetch, 3)) == 0
                 with _threads(threads):
                     c = _after(target, prompt, len(extra) + 4)
                     T = len(extra)
@@ -144,7 +146,9 @@ def _logits_everywhere(target, prompt: list[int], extra: list[int]) -> dict:
     finally:
         lib.qf_set_isa(best)
         lib.qf_set_prefetch(ahead)
+        lib.qf_set_kv_prefetch(kv_ahead)
     assert lib.qf_set_prefetch(-1) == -1 and lib.qf_prefetch() == ahead, "a negative distance is refused"
+    assert lib.qf_set_kv_prefetch(-1) == -1 and lib.qf_kv_prefetch() == kv_ahead, "a negative count is refused"
     return out
 
 

@@ -349,6 +349,15 @@ int qf_set_prefetch(int bytes) {
 }
 int qf_prefetch() { return prefetch_bytes().load(); }
 
+// How many of a kv head's cached rows attention asks for as it starts (0: no prefetch of the K/V
+// cache at all); only between calls (scripts/prefetch_distance.py --kv-rows). -1 for a negative one.
+int qf_set_kv_prefetch(int rows) {
+    if (rows < 0) return -1;
+    prefetch_kv_rows().store(rows);
+    return 0;
+}
+int qf_kv_prefetch() { return prefetch_kv_rows().load(); }
+
 // y [M, N] = x [M, K] @ w^T, x quantised per block first (the tests', the heads' matmuls).
 void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
     QRows xq;

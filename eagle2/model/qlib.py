@@ -181,6 +181,8 @@ SIGNATURES = {
     "qf_set_isa": ([_int], _int),
     "qf_set_prefetch": ([_int], _int),
     "qf_prefetch": ([], _int),
+    "qf_set_kv_prefetch": ([_int], _int),
+    "qf_kv_prefetch": ([], _int),
     "qf_matmul": ([_MAT, _ptr_t, _int, _ptr_t, _int], None),
     "qf_matmul_ref": ([_MAT, _ptr_t, _int, _ptr_t], None),
     "qf_int8_peak": ([_int, _int], _dbl),
