@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -171,6 +172,33 @@ def test_a_forward_is_the_same_bits_on_every_path_and_thread_count_tiny(tiny_q4)
     first = next(iter(outs.values()))
     for key, logits in outs.items():
         assert torch.equal(logits, first), key
+
+
+def test_forwards_from_many_threads_at_once_are_the_same_bits_tiny(tiny_q4):
+    """A server calls the kernels from many Python threads, each with an OpenMP team of its own:
+    four of them at once, 2 kernel threads each on this machine's CPUs (the teams' barriers spin,
+    then yield to a descheduled member), and every forward gives the logits it gives alone, every
+    thread done within a bounded wait."""
+    fwd, prompt, extra = tiny_q4.forward, [5, 9, 13, 2, 7, 1, 40, 3, 3], [8, 21, 4, 60, 11]
+    T = len(extra)
+
+    def logits_of(n_extra: int) -> torch.Tensor:
+        c = _after(fwd, prompt, T + 4)
+        _, logits = fwd.verify(c, torch.tensor(extra[:n_extra]), torch.arange(len(prompt), len(prompt) + n_extra),
+                               torch.ones(n_extra, n_extra, dtype=torch.bool).tril())
+        return logits
+
+    with _threads(2):
+        alone = {n: logits_of(n) for n in range(1, T + 1)}
+
+        def worker(i: int) -> None:
+            for k in range(12):
+                n = 1 + (i + k) % T
+                assert torch.equal(logits_of(n), alone[n]), f"thread {i}, {n} rows"
+
+        with ThreadPoolExecutor(4) as pool:
+            for f in [pool.submit(worker, i) for i in range(4)]:
+                f.result(timeout=120)
 
 
 def test_the_library_checks_its_layout_and_says_where_it_differs(tiny_q4, monkeypatch):

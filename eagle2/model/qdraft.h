@@ -45,9 +45,11 @@ int qf_draft(const QDraft* m, const int64_t* tokens, const float* features, int 
     QRows fc_in, lm_in;
     if (fc) fc_in.resize(T, width);
     lm_in.resize(T - lm_from, D);
+    SpinBarrier meet;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         Team tm{omp_get_thread_num(), omp_get_num_threads(), Clock(nullptr), {}};
+        tm.bind(meet);
         int lo, hi;
         tm.share(T, 1, lo, hi);
         if (fc) {

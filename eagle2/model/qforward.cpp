@@ -10,12 +10,13 @@
 // (qdraft.h), the tree driver (qdraft_tree.h), the whole greedy cycle (qcycle.h) and the tests'
 // exports (qtest_exports.h) at its end.
 //
-// One call is one OpenMP parallel region: the threads run every layer together and meet at
-// barriers (after each matmul, after the norms, after attention), instead of a region per matmul
-// with the norms and quantisation serial between them. Work is split by whole outputs (each
-// computed by one thread, never split sums) and by whole rows, so a row's results are the same
-// bits whether it runs alone (plain decoding) or as row k of a tree (speculative decoding), at any
-// thread count and with any instruction set: greedy identity by construction, not by margin.
+// One call is one OpenMP parallel region: the threads run every layer together and meet at the
+// call's own barrier (SpinBarrier: after each matmul, after the norms, after attention), instead
+// of a region per matmul with the norms and quantisation serial between them. Work is split by
+// whole outputs (each computed by one thread, never split sums) and by whole rows, so a row's
+// results are the same bits whether it runs alone (plain decoding) or as row k of a tree
+// (speculative decoding), at any thread count and with any instruction set: greedy identity by
+// construction, not by margin.
 //
 // Built with -mavx2 -mfma -mf16c -ffp-contract=off (no fused multiply-add the code does not spell
 // out); the wider dot products are chosen at run time. Threads come from OpenMP, the runtime torch
@@ -27,7 +28,9 @@
 #include "qtree.h"
 
 #include <omp.h>
+#include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -58,16 +61,51 @@ struct Clock {
     }
 };
 
+// Where a call's team meets (Team::sync): its threads spin on a counter, then yield the CPU,
+// instead of meeting at `omp barrier`. libgomp spins at a barrier only while the process holds no
+// more OpenMP threads than CPUs, and a server calls the kernels from many threads (each of Gradio's
+// workers gets a team of its own, kept while it lives): past that count every barrier of a forward
+// slept in the kernel and was woken: a plain q4_1 step at 2 threads took 8.1-8.7 ms instead of 1.6
+// once one other thread had called the kernels (benchmarks/spin-barrier/README.md). A call's threads all run, so a short spin is what they wait;
+// the yield lets a descheduled member run where threads outnumber CPUs.
+struct SpinBarrier {
+    static constexpr int SPINS_BEFORE_YIELD = 256;  // pauses: a few microseconds
+    std::atomic<int> arrived{0}, generation{0}, size{0};
+    // each member says how many meet (the same omp_get_num_threads() for all) before its first wait
+    void join(int nt) { size.store(nt, std::memory_order_relaxed); }
+    void wait() {
+        const int g = generation.load(std::memory_order_acquire);
+        if (arrived.fetch_add(1, std::memory_order_acq_rel) == size.load(std::memory_order_relaxed) - 1) {
+            arrived.store(0, std::memory_order_relaxed);   // the last to arrive opens the next round
+            generation.store(g + 1, std::memory_order_release);
+            return;
+        }
+        for (int spins = 0; generation.load(std::memory_order_acquire) == g; ++spins) {
+            if (spins < SPINS_BEFORE_YIELD) _mm_pause();
+            else sched_yield();
+        }
+    }
+};
+
 // A thread of the call's team.
 struct Team {
     int tid, nt;
     Clock clock;
     std::vector<float> scores, acc, kbuf;  // attention's (attention_block sizes them)
     std::vector<Query> queries;
+    SpinBarrier* meet = nullptr;  // the call's (bind); none: `omp barrier`
+    void bind(SpinBarrier& b) {
+        meet = &b;
+        b.join(nt);
+    }
     // the work since the last lap was `op`; then wait for the whole team
     void sync(int op) {
         clock.lap(op);
+        if (meet) {
+            if (nt > 1) meet->wait();
+        } else {
 #pragma omp barrier
+        }
         clock.lap(OP_WAIT);
     }
     // this thread's share [lo, hi) of n items, in whole granules
@@ -428,10 +466,12 @@ int qf_forward(const QModel* md, const int64_t* tokens, float* x, int T, const f
     for (const auto& r : slots) longest = std::max(longest, r.size());
     Buffers b(T, D, D, H, KV, hd, F);
     const size_t layer_stride = (size_t)KV * cap * hd;
+    SpinBarrier meet;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         const int tid = omp_get_thread_num();
         Team tm{tid, omp_get_num_threads(), Clock(thread_prof(prof, tid)), {}};
+        tm.bind(meet);
         int lo, hi;
         tm.share(T, 1, lo, hi);  // rows
         for (int t = lo; t < hi; ++t) dequantise_row(md->embed, (int)tokens[t], x + (size_t)t * D);
