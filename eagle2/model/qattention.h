@@ -229,12 +229,10 @@ QF_AVX2 void attend_lanes(const Query* qs, int nq, int shared, const uint16_t* k
     }
     for (int c0 = 0; c0 < shared; c0 += KEY_CHUNK) {  // the shared keys' scores, each key converted once
         const int count = std::min(KEY_CHUNK, shared - c0);
-        if (!ahead) {
-        } else if (c0 + KEY_CHUNK < shared) {
+        if (ahead && c0 + KEY_CHUNK < shared)
             prefetch_rows<_MM_HINT_T0>(kbase, c0 + KEY_CHUNK, std::min(KEY_CHUNK, shared - c0 - KEY_CHUNK), hd);
-        } else {
-            prefetch_rows<_MM_HINT_T0>(vbase, 0, std::min(KEY_CHUNK, shared), hd);  // the values' first chunk, next
-        }
+        else if (ahead)  // the last chunk of keys: the values' first chunk is read next
+            prefetch_rows<_MM_HINT_T0>(vbase, 0, std::min(KEY_CHUNK, shared), hd);
         if (wide) {
             if constexpr (LANES % 2 == 0) shared_scores512<LANES>(qs, nq, kbase, c0, count, scale, scores, stride, kbuf);
             continue;

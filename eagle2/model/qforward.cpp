@@ -63,11 +63,12 @@ struct Clock {
 
 // Where a call's team meets (Team::sync): its threads spin on a counter, then yield the CPU,
 // instead of meeting at `omp barrier`. libgomp spins at a barrier only while the process holds no
-// more OpenMP threads than CPUs, and a server calls the kernels from many threads (each of Gradio's
-// workers gets a team of its own, kept while it lives): past that count every barrier of a forward
-// slept in the kernel and was woken: a plain q4_1 step at 2 threads took 8.1-8.7 ms instead of 1.6
-// once one other thread had called the kernels (benchmarks/spin-barrier/README.md). A call's threads all run, so a short spin is what they wait;
-// the yield lets a descheduled member run where threads outnumber CPUs.
+// more OpenMP threads than CPUs, and every thread that calls the kernels gets a team of its own,
+// kept while it lives (a server's workers, a measurer, a library user's pool): past that count
+// every barrier of a forward slept in the kernel and was woken, and a plain q4_1 step at 2 threads
+// took 8.1-8.7 ms instead of 1.6 once one other thread had called the kernels
+// (benchmarks/spin-barrier/README.md). A call's threads all run, so a short spin is what they
+// wait; the yield lets a descheduled member run where threads outnumber CPUs.
 struct SpinBarrier {
     static constexpr int SPINS_BEFORE_YIELD = 256;  // pauses: a few microseconds
     std::atomic<int> arrived{0}, generation{0}, size{0};
