@@ -24,7 +24,7 @@ SHARED_CONSTANTS = {"TOPK_MAX": TOPK_MAX, "QT_TOPK": TREE_TOPK,
                     **{f"STAGE_{c.name}": int(c) for c in CycleStage}}
 SOURCE = Path(__file__).with_name("qforward.cpp")
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("qabi.h", "qblocks.h", "qmatmul.h", "qrows.h", "qattention.h", "qprobe.h",
-                                                    "qtree.h", "qlayout.h", "qdraft.h", "qdraft_tree.h", "qcycle.h",
+                                                    "qteam.h", "qtree.h", "qlayout.h", "qdraft.h", "qdraft_tree.h", "qcycle.h",
                                                     "qtest_exports.h"))
 NAME = "eagle2_qforward"
 
