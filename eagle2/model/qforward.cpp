@@ -326,9 +326,11 @@ void qf_matmul(const QMat* w, const float* x, int M, float* y, int threads) {
     QRows xq;
     xq.resize(M, w->K);
     for (int r = 0; r < M; ++r) quantise_row(x + (size_t)r * w->K, w->K, r, xq);
+    SpinBarrier meet;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         Team tm{omp_get_thread_num(), omp_get_num_threads(), Clock(nullptr), {}};
+        tm.bind(meet);
         matmul_share(tm, *w, xq, y, false);
     }
 }

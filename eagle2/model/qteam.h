@@ -1,6 +1,6 @@
 // A call's thread team (included by qforward.cpp): each OpenMP thread's share of the work, where
-// the team meets (its own barrier, not `omp barrier`), and the seconds it spends per op when
-// `profile` asks.
+// the team meets (its own barrier, which every parallel region binds; never `omp barrier`), and
+// the seconds it spends per op when `profile` asks.
 #pragma once
 
 #include "qattention.h"
@@ -67,7 +67,7 @@ struct Team {
     Clock clock;
     std::vector<float> scores, acc, kbuf;  // attention's (attention_block sizes them)
     std::vector<Query> queries;
-    SpinBarrier* meet = nullptr;  // the call's (bind); none: `omp barrier`
+    SpinBarrier* meet = nullptr;  // the call's: every region binds one before its first sync
     void bind(SpinBarrier& b) {
         meet = &b;
         b.join(nt);
@@ -75,11 +75,7 @@ struct Team {
     // the work since the last lap was `op`; then wait for the whole team
     void sync(int op) {
         clock.lap(op);
-        if (meet) {
-            if (nt > 1) meet->wait();
-        } else {
-#pragma omp barrier
-        }
+        if (nt > 1) meet->wait();
         clock.lap(OP_WAIT);
     }
     // this thread's share [lo, hi) of n items, in whole granules

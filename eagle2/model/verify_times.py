@@ -128,8 +128,8 @@ class LiveVerifyTimes:
             self._now = self._table = None
 
     def estimates(self) -> dict[int, float]:
-        """The table as it stands: each observed N's median as last taken in, and every prior point scaled by
-        live/prior at the nearest observed N below it (none: as it is), by N."""
+        """The table as it stands: each observed N's median as last taken in, and every prior point
+        scaled by live/prior at the nearest observed N below it (none: as it is), by N."""
         if not self._median:
             return self.prior.points
         observed = sorted(self._median)
