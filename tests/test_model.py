@@ -18,8 +18,7 @@ import pytest
 import torch
 
 from eagle2.decoding.decoder import Decoder
-from eagle2.cycle.layout import layout
-from eagle2.cycle.tree import DraftTree
+from trees import tree_of
 from eagle2.model.loading import load_bundle, load_target
 from eagle2.policies.base import TreePolicy
 
@@ -47,7 +46,7 @@ def hf_last_logits(hf, seqs: list[list[int]]) -> torch.Tensor:
     return torch.stack(out)
 
 
-def random_tree(rng: random.Random, root: int, n: int, vocab: int) -> DraftTree:
+def random_tree(rng: random.Random, root: int, n: int, vocab: int):
     """A random tree of n nodes under root: parents precede children, siblings distinct."""
     tokens, parents, depths, ranks = [root], [-1], [0], [0]
     for i in range(1, n):
@@ -58,11 +57,10 @@ def random_tree(rng: random.Random, root: int, n: int, vocab: int) -> DraftTree:
         parents.append(p)
         depths.append(depths[p] + 1)
         ranks.append(len(used))
-    return DraftTree(tokens=tokens, parents=parents, depths=depths, ranks=ranks, logp=[0.0] * n,
-                     values=[0.0] * n, levels=[0] * n, kept=[True] * n)
+    return tree_of(tokens, parents, depths, ranks).to_tree()
 
 
-def path_tokens(tree: DraftTree, i: int) -> list[int]:
+def path_tokens(tree, i: int) -> list[int]:
     out = []
     while i >= 0:
         out.append(tree.tokens[i])
@@ -99,7 +97,7 @@ def test_target_matches_transformers(tiny_target, variant):
     for cycle in range(4):
         root = rng.randrange(V)
         tree = random_tree(rng, root, n=9 + cycle, vocab=V)
-        vb = layout(tree, cache.length, torch.device("cpu"))
+        vb = tree_of(tree.tokens, tree.parents, tree.depths, tree.ranks).layout(cache.length, torch.device("cpu"))
         assert vb.positions.tolist() == [cache.length + tree.depths[p] for p in vb.pool_idx]
         feats = model.forward_cached(cache, vb.tokens, vb.positions, vb.mask)
         ours = model.logits(feats)
@@ -185,9 +183,7 @@ class OraclePolicy(TreePolicy):
         parents = [-1, 0, 0, 0, 2, 2, 1, 5]
         ranks = [0, 0, 1, 2, 0, 1, 0, 0]
         depths = [0, 1, 1, 1, 2, 2, 2, 3]
-        n_ = len(tokens)
-        return DraftTree(tokens=tokens, parents=parents, depths=depths, ranks=ranks, logp=[0.0] * n_,
-                         values=[0.0] * n_, levels=[0] * n_, kept=[True] * n_)
+        return tree_of(tokens, parents, depths, ranks)
 
 
 def assert_cache_matches_prefill(bundle, dec):

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from eagle2.cycle.layout import layout
 from eagle2.cycle.sampling import SamplingParams
 from eagle2.cycle.tree_arrays import TreeArrays
 from eagle2.decoding.decoder import Decoder
@@ -30,6 +29,7 @@ from eagle2.phases import PHASES
 from eagle2.policies.auto import (EXPLORE_EVERY, WIDTHS, AutoBudgetNPolicy, AutoBudgetPolicy, CallPrices, best_rates,
                                   calibrated)
 from lossless_cases import greedy_tokens
+from trees import tree_of
 
 pytestmark = pytest.mark.skipif(qlib.cpu_problem() is not None, reason="the q4_1 kernels need AVX2")
 
@@ -167,7 +167,7 @@ def test_decoding_with_the_kernels_tree_is_plain_decoding(tiny_e3, policy):
             f"{policy} departs from plain q4_1 on {prompt}"
 
 
-def test_the_arrays_lay_out_what_the_tree_lays_out(tiny_e3):
+def test_the_kernels_lay_out_what_lay_out_lays_out(tiny_e3):
     d = Decoder(tiny_e3, "eagle2", SamplingParams(), max_new_tokens=8, record=False, total_tokens=9, depth=3, top_k=3)
     d.kcycle = None   # the tree's call alone (not the whole cycle's), whose arrays are captured here
     d.start(input_ids=[3, 1, 4])
@@ -183,7 +183,8 @@ def test_the_arrays_lay_out_what_the_tree_lays_out(tiny_e3):
         d.step()
     arrays = captured[0]
     assert isinstance(arrays, TreeArrays) and arrays.n_kept == 9
-    a, b = layout(arrays, 17, "cpu"), layout(arrays.to_tree(), 17, "cpu")
+    t = arrays.to_tree()   # the same pool laid out by cycle/layout.lay_out, as a Python policy's is
+    a, b = arrays.layout(17, "cpu"), tree_of(t.tokens, t.parents, t.depths, t.ranks, kept=t.kept).layout(17, "cpu")
     for col in ("tokens", "depths", "mask", "order"):   # the runner's next call rewrites its arrays:
         arrays.cols[col][:] = 0                        # the batch read them when it was made
     for f in ("pool_idx", "parent_pos", "ranks", "children", "token_list"):

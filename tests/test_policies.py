@@ -269,12 +269,23 @@ def test_dyspec_tree_records(tiny):
                     assert [t.logp[j] for j in ch] == sorted((t.logp[j] for j in ch), reverse=True)
             assert t.sampled_drafts == (not sp.greedy) and t.record.greedy == sp.greedy
             assert len(t.record.slot_value) == n
-            if not sp.greedy:
-                parents = {t.parents[i] for i in range(1, n)}
-                assert set(t.draft_dists) == parents
-                for q in t.draft_dists.values():
-                    assert q.shape == (b.target.args.vocab_size,) and abs(float(q.sum()) - 1) < 1e-5
             assert_round_trips(st)
+
+
+def test_dyspec_keeps_q_at_each_sampled_parent():
+    """Sampled siblings: the tree carries q over the target vocabulary at every parent (what
+    SpecInfer's rule reads); greedy trees carry none."""
+    from eagle2.policies.dyspec import DySpecPolicy
+    for sp in (SamplingParams(temperature=1.0, seed=4), SamplingParams()):
+        arrays = DySpecPolicy(total_tokens=8, depth=3).draft(_FakeRunner(sp=sp), root=0)
+        t = arrays.to_tree()
+        assert arrays.sampled_drafts == t.sampled_drafts == (not sp.greedy)
+        if sp.greedy:
+            assert arrays.draft_dists == {}
+            continue
+        assert set(arrays.draft_dists) == {t.parents[i] for i in range(1, len(t))}
+        for q in arrays.draft_dists.values():
+            assert q.shape == (5,) and abs(float(q.sum()) - 1) < 1e-5
 
 
 class _FakeRunner:
@@ -307,10 +318,10 @@ def test_dyspec_greedy_heap_is_best_first(budget):
     from itertools import product
     from eagle2.policies.dyspec import DySpecPolicy
     r = _FakeRunner()
-    t = DySpecPolicy(total_tokens=budget + 1, depth=3).draft(_FakeRunner(), root=0)
+    t = DySpecPolicy(total_tokens=budget + 1, depth=3).draft(_FakeRunner(), root=0).to_tree()
     assert len(t.tokens) == budget + 1
     assert all(t.values[i] <= t.values[t.parents[i]] for i in range(1, budget + 1))
-    t = DySpecPolicy(total_tokens=budget + 1, depth=3, best_first=True).draft(r, root=0)
+    t = DySpecPolicy(total_tokens=budget + 1, depth=3, best_first=True).draft(r, root=0).to_tree()
     W = torch.log_softmax(r.W, -1)
     vals = []
     for d in (1, 2, 3):
@@ -329,13 +340,14 @@ def test_dyspec_survives_a_diverging_head():
     from eagle2.policies.dyspec import DySpecPolicy
     for sp in (SamplingParams(), SamplingParams(temperature=1.0)):
         r = _FakeRunner(bad=2, sp=sp)
-        t = DySpecPolicy(total_tokens=30, depth=4).draft(r, root=0)
+        arrays = DySpecPolicy(total_tokens=30, depth=4).draft(r, root=0)
+        t = arrays.to_tree()
         assert len(t.tokens) == 30
         assert t.record.nonfinite_draft_nodes
         for n in t.record.nonfinite_draft_nodes:
             assert t.tokens[n] == 2 and n not in t.parents  # no children under a NaN distribution
         if not sp.greedy:
-            assert all(torch.isfinite(q).all() for q in t.draft_dists.values())
+            assert all(torch.isfinite(q).all() for q in arrays.draft_dists.values())
 
 
 def test_dyspec_draws_are_reproducible(tiny):

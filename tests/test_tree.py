@@ -18,8 +18,8 @@ from eagle2.model.loading import load_bundle
 from eagle2.policies.eagle2 import Eagle2Policy
 from eagle2.policies.registry import make_policy
 from eagle2.policies.static import EAGLE1_SHAPE, StaticPolicy
-from eagle2.cycle.layout import layout
 from eagle2.cycle.tree import DraftTree
+from trees import builder_of
 
 VOCAB = 97
 
@@ -37,7 +37,8 @@ def bundle(tiny_target):
 
 
 def draft_trees(bundle, policy, cycles=3, prompt=(4, 8, 15, 16, 23, 42)):
-    """Yield (tree, head cache snapshot, root_g, committed head length) for a few real cycles."""
+    """Yield (tree, head cache snapshot, root_g, runner, the tree's columns) for a few real cycles
+    (the tree as a trace keeps it, for reading node by node)."""
     dec = Decoder(bundle, policy, max_new_tokens=64, record=False)
     dec.start(input_ids=list(prompt))
     for _ in range(cycles):
@@ -46,8 +47,8 @@ def draft_trees(bundle, policy, cycles=3, prompt=(4, 8, 15, 16, 23, 42)):
         hc = s.hcache
         snap = (hc.k.clone(), hc.v.clone(), hc.length)
         runner = HeadRunner(bundle.draft, hc, s.reading.g, base_pos=hc.length - 1, root_logp=s.reading.logp)
-        tree = dec.policy.draft(runner, s.root)
-        yield tree, snap, s.reading.g.clone(), runner
+        arrays = dec.policy.draft(runner, s.root)
+        yield arrays.to_tree(), snap, s.reading.g.clone(), runner, arrays
         dec.step()
 
 
@@ -117,11 +118,11 @@ EAGLE2_CONFIGS = [dict(total_tokens=60, depth=5, top_k=10), dict(total_tokens=12
 def test_eagle2_tree_invariants(bundle, cfg):
     N, d, k = cfg["total_tokens"], cfg["depth"], cfg["top_k"]
     pol = Eagle2Policy(**cfg)
-    for tree, snap, root_g, runner in draft_trees(bundle, pol, cycles=2):
+    for tree, snap, root_g, runner, arrays in draft_trees(bundle, pol, cycles=2):
         check_common(tree, bundle, snap, root_g)
         # pool size = 1 + k + d*k^2 (root included); N tokens verified (or the whole pool)
-        assert len(tree) == 1 + k + d * k * k
-        assert tree.n_kept == min(N, len(tree))
+        assert len(tree) == len(arrays) == 1 + k + d * k * k
+        assert arrays.n_kept == sum(tree.kept) == min(N, len(tree))
         assert max(tree.depths) == d + 1
         assert runner.calls == 1 + d
         # expansion: depth-1 nodes are the root's top-k; at each deeper level the expanded nodes are
@@ -147,9 +148,9 @@ def test_eagle2_tree_invariants(bundle, cfg):
 def test_static_tree_shape(bundle):
     pol = StaticPolicy()
     assert pol.total_tokens == 26
-    for tree, snap, root_g, runner in draft_trees(bundle, pol, cycles=2):
+    for tree, snap, root_g, runner, arrays in draft_trees(bundle, pol, cycles=2):
         check_common(tree, bundle, snap, root_g)
-        assert len(tree) == 26 and tree.n_kept == 26
+        assert len(tree) == 26 and arrays.n_kept == 26
         per_depth = [sum(1 for x in tree.depths if x == dd) for dd in range(1, 6)]
         assert per_depth == [4, 8, 8, 3, 2]
         rank_paths = {tuple(tree.ranks[j] for j in path_of(tree, i)) for i in range(1, 26)}
@@ -162,7 +163,7 @@ def test_static_tree_shape(bundle):
 def test_static_custom_shape_and_validation(bundle):
     shape = [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
     pol = make_policy("static", shape=shape)
-    for tree, snap, root_g, _ in draft_trees(bundle, pol, cycles=1):
+    for tree, snap, root_g, *_ in draft_trees(bundle, pol, cycles=1):
         check_common(tree, bundle, snap, root_g)
         assert len(tree) == 6
         assert {tuple(tree.ranks[j] for j in path_of(tree, i)) for i in range(1, 6)} == {tuple(p) for p in shape}
@@ -175,9 +176,9 @@ def test_static_custom_shape_and_validation(bundle):
 @pytest.mark.parametrize("policy", [StaticPolicy(), Eagle2Policy(total_tokens=20, depth=4, top_k=4)],
                          ids=["static", "eagle2"])
 def test_layout_mask_and_positions(bundle, policy):
-    for tree, *_ in draft_trees(bundle, policy, cycles=1):
+    for tree, *_, arrays in draft_trees(bundle, policy, cycles=1):
         committed = 37
-        vb = layout(tree, committed, torch.device("cpu"))
+        vb = arrays.layout(committed, torch.device("cpu"))
         kept = [i for i in range(len(tree)) if tree.kept[i]]
         assert sorted(vb.pool_idx) == kept and vb.pool_idx[0] == 0
         T = len(kept)
@@ -204,8 +205,7 @@ def test_rerank_synthetic():
     depths = [0,     1,    1,    2,    2,    2,    3,    3]
     values = [0.0, -1.0, -3.0, -1.5, -2.0, -2.0, -0.5, -2.0]
     n = len(parents)
-    t = DraftTree(tokens=list(range(n)), parents=parents, depths=depths, ranks=[0] * n, logp=[0.0] * n,
-                  values=values, levels=[0] * n, kept=[True] + [False] * (n - 1))
+    t = builder_of(list(range(n)), parents, depths, values=values, kept=[True] + [False] * (n - 1))
     Eagle2Policy(total_tokens=4).keep(t)
     # best 3: node 6 (-0.5), node 1 (-1.0), node 3 (-1.5); closure adds nothing (3's parent is 1)
     assert [i for i in range(n) if t.kept[i]] == [0, 1, 3, 6]

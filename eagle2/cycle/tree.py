@@ -1,9 +1,9 @@
-"""The draft tree of one cycle: every node the policy generated (the pool), which ones the target
-verifies (kept), and, after verification, what the target thought of them.
+"""The draft tree of one cycle as a trace keeps it: every node the policy generated (the pool),
+which ones the target verified (kept), and what the target thought of them.
 
-Columnar lists (one entry per pool node, index 0 = the root) keep it cheap to build in the hot
-loop and trivial to serialise or turn into a table. Torch-free: traces hold trees, and the page
-replays traces without a model. The types are plain dataclasses; trace.py reads and writes them
+Columnar lists (one entry per pool node, index 0 = the root), trivial to serialise or turn into a
+table; a cycle's own tree is tree_arrays.TreeArrays, made into a DraftTree only where a trace
+records it. Torch-free: traces hold trees, and the page replays traces without a model. The types are plain dataclasses; trace.py reads and writes them
 with pydantic, checking every field of a file against its annotation (CHECKED) and a tree read
 from a file for the shape the figures draw (DraftTree's validator).
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from .checked import CHECKED, broken
 
@@ -64,9 +64,6 @@ class DraftTree(Generic[R]):
     beam_mass: list[float] = field(default_factory=list)   # log of the draft mass each beam holds
     sampled_drafts: bool = False                    # siblings were sampled from q (SpecInfer's rule applies)
     record: R | None = None                         # the policy's own typed facts (a TreeRecord)
-    # runtime only, never read from or written to files: q at each parent of sampled siblings (dense [V] tensors)
-    draft_dists: Annotated[dict, Field(exclude=True)] = field(default_factory=dict, init=False, repr=False,
-                                                              compare=False)
 
     @model_validator(mode="after")
     def _one_tree(self):
@@ -88,20 +85,3 @@ class DraftTree(Generic[R]):
 
     def __len__(self) -> int:
         return len(self.tokens)
-
-    @property
-    def n_kept(self) -> int:
-        return sum(self.kept)
-
-    def verify_order(self) -> list[int]:
-        """Kept pool indices, root first, by depth then pool index (parents before children)."""
-        idx = [i for i, k in enumerate(self.kept) if k]
-        return sorted(idx, key=lambda i: (self.depths[i], i))
-
-    def close_under_parents(self) -> None:
-        for i in range(len(self.tokens)):
-            if self.kept[i]:
-                p = self.parents[i]
-                while p >= 0 and not self.kept[p]:
-                    self.kept[p] = True
-                    p = self.parents[p]

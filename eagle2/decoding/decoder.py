@@ -1,6 +1,6 @@
 """Decoders with a step API: plain autoregressive and speculative (any tree policy).
 
-A sequence between cycles is one value, `DecodeState` (docs/algorithms.md §2): the target's KV
+A sequence between cycles is one value, `DecodeState` (state.py, docs/algorithms.md §2): the target's KV
 cache of the committed tokens x_0..x_{L-1}, the `root` (the next token, sampled by the target and
 not yet run through it), the `pending` (target feature, next token) pairs the draft head has not
 absorbed yet, the head's `reading` of the context once it has, the counters and the random streams.
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.layout import VerifyBatch, layout
 from ..cycle.sampling import SamplingParams, choose
 from ..cycle.trace import StepTrace, Trace
-from ..cycle.tree import DraftTree
 from ..cycle.tree_arrays import TreeArrays
 from ..errors import UserError, check
 from ..model.activity import DECODING
@@ -32,49 +30,15 @@ from ..model.loading import Bundle
 from ..model.qcycle import KernelCycle
 from ..model.stopwatch import syncer
 from ..model.tree_modes import TREE_TOPK
-from ..phases import PHASES, PhaseClock, grouped, key
+from ..phases import PhaseClock, grouped, key
 from ..policies.base import TreePolicy
 from ..policies.registry import PLAIN, is_plain, make_policy
 from .prefill import Prefill, checked_ids, prefill
 from .recording import TraceRecorder, preview_trace, run_meta
+from .state import Cycle, DecodeState, Reading
 from .text import TextStream
 
 MAX_NEW_TOKENS = 4096
-NO_TIME = dict.fromkeys(PHASES, 0.0)   # every phase at 0 s (eagle2/phases.py)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """The draft head's reading of the context: its predicted feature at the root, the log-probs
-    of the root's children and their best TREE_TOPK ranked, and the seconds absorbing took (they
-    count as the next cycle's draft_head phase, whenever the absorbing ran)."""
-    g: torch.Tensor
-    logp: torch.Tensor
-    top: tuple | None
-    seconds: float
-    charged: bool = False   # its seconds already counted in the cycle that took it (the kernels' one call)
-
-
-@dataclass(frozen=True)
-class DecodeState:
-    """One sequence between cycles. The KV caches are views (own `length`, shared tensors): a
-    cycle writes only slots at or past a state's lengths, so the state it read stays what it was;
-    a preview's writes there are scratch, overwritten before they are read. The random streams are
-    the sequence's own and advance with each committing cycle (a preview draws from its own)."""
-    prompt_ids: tuple[int, ...]
-    cache: KVCache | None                     # target K/V of x_0..x_{L-1}; None once released
-    hcache: KVCache | None                    # head K/V of the absorbed pairs
-    root: int
-    pending: tuple[torch.Tensor, list[int]] | None   # (features [n, D], next tokens) not absorbed yet
-    reading: Reading | None                   # set by absorbing pending, cleared by a commit
-    accept_gen: torch.Generator               # the target's samples (acceptance, bonus, plain tokens)
-    draft_gen: torch.Generator                # policies that sample their drafts (DySpec)
-    generated: tuple[int, ...] = ()
-    cycle: int = 0                            # the next step's number (prefill is cycle 0)
-    target_forwards: int = 0
-    draft_calls: int = 0
-    spent: tuple[tuple[str, float], ...] = tuple(NO_TIME.items())   # seconds per phase, every cycle
-    finished: str | None = None               # "eos", "max_new_tokens", "context" once done
 
 
 class Decoder:
@@ -174,7 +138,7 @@ class Decoder:
         return self._conclude(s, c.path_tokens + [c.bonus], c, c.timings)
 
     def speculate(self, s: DecodeState, policy: TreePolicy, draft_gen: torch.Generator,
-                  accept_gen: torch.Generator, commit: bool = True) -> tuple[DecodeState, "Cycle"]:
+                  accept_gen: torch.Generator, commit: bool = True) -> tuple[DecodeState, Cycle]:
         """The speculative cycle (docs/algorithms.md §2): state in, state out. Without commit (the
         page's preview of another policy on this context) the state that comes back is the one
         that went in, absorbed; the policy learns nothing."""
@@ -189,14 +153,14 @@ class Decoder:
                             root_seconds=s.reading.seconds)
         if commit and self.kcycle is not None and self.sampling.greedy and policy.native_tree(runner):
             return self.speculate_in_kernels(s, policy, runner, clock)
-        tree = policy.draft(runner, s.root)   # a DraftTree, or the kernels' TreeArrays
+        tree = policy.draft(runner, s.root)
         clock.lap("draft_tree")
         # 3. Verify the root and the kept nodes in one target forward (tree attention; their K/V
         #    land after the committed tokens, in this state's cache view); greedy decoding reads
         #    only each row's argmax, which the forward gives beside the logits.
         L = s.cache.length
         cache = self._room(s.cache, L + tree.n_kept)
-        vb = layout(tree, L, dev)
+        vb = tree.layout(L, dev)
         best = torch.empty(tree.n_kept, dtype=torch.long) if self.sampling.greedy else None
         feats, logits = b.forward.verify(cache, vb.tokens, vb.positions, vb.mask, clock=clock, best=best)
         clock.lap("target_forward")
@@ -224,7 +188,7 @@ class Decoder:
         return s, c
 
     def speculate_in_kernels(self, s: DecodeState, policy: TreePolicy, runner: HeadRunner,
-                             clock: PhaseClock) -> tuple[DecodeState, "Cycle"]:
+                             clock: PhaseClock) -> tuple[DecodeState, Cycle]:
         """Steps 2-5 of `speculate` for greedy decoding in one call of the kernels (model/qcycle.py:
         the tree, the forward, the path, the commit) and the head's reading of what it kept, which
         the next cycle starts from: the same calls in the same order as above, so the same tokens,
@@ -374,7 +338,7 @@ class Decoder:
         new.length = cache.length
         return new
 
-    def _conclude(self, s: DecodeState, toks: list[int], c: "Cycle | None", timings: dict) -> StepTrace:
+    def _conclude(self, s: DecodeState, toks: list[int], c: Cycle | None, timings: dict) -> StepTrace:
         """Apply the stop rules to the tokens a cycle produced, make it the decoder's state, and
         report the step to the observers (the text, the trace)."""
         eos = self.b.eos_ids
@@ -473,31 +437,3 @@ class Decoder:
                 "draft_calls": s.draft_calls, "finished": s.finished,
                 "lossy": self.policy is not None and self.policy.lossy,
                 **({"policy_stats": self.policy.summary_stats()} if self.policy is not None else {})}
-
-
-@dataclass
-class Cycle:
-    """What one draft -> verify -> accept produced."""
-    drafted: DraftTree | TreeArrays   # the policy's tree, as lists or as the kernels' arrays
-    root: int
-    vb: VerifyBatch
-    feats: torch.Tensor          # what the draft head reads at every verified node (forward.verify)
-    logits: torch.Tensor
-    path_pos: list[int]          # accepted verify positions (root excluded)
-    bonus: int
-    timings: dict
-
-    @property
-    def tree(self) -> DraftTree:
-        """The tree as the trace and the page read it (the kernels' arrays made into lists once)."""
-        return self.drafted.to_tree() if isinstance(self.drafted, TreeArrays) else self.drafted
-
-    @property
-    def path_tokens(self) -> list[int]:
-        toks = self.vb.token_list
-        return [toks[p] for p in self.path_pos]
-
-    @property
-    def accepted_pool(self) -> list[int]:
-        """The accepted nodes as pool indices."""
-        return [self.vb.pool_idx[p] for p in self.path_pos]

@@ -31,7 +31,8 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from ..cycle.tree import DraftTree, TreeRecord
+from ..cycle.tree import TreeRecord
+from ..cycle.tree_builder import TreeBuilder
 from ..errors import check
 from ..model.measurer import request_measurement
 from ..model.priors import prior_times
@@ -242,7 +243,7 @@ class AutoBudgetPolicy(Eagle2Policy):
         return TreeBudget.AUTO if self.adaptive_depth else TreeBudget.AUTO_N
 
     @staticmethod
-    def _pool_values(tree: DraftTree, cyc: BudgetCycle) -> np.ndarray:
+    def _pool_values(tree: TreeBuilder, cyc: BudgetCycle) -> np.ndarray:
         return calibrated(np.exp(np.asarray(tree.values[1:], dtype=np.float64)), cyc.odds)
 
     def begin(self, runner) -> BudgetCycle:
@@ -286,7 +287,7 @@ class AutoBudgetPolicy(Eagle2Policy):
             cyc.spent += self.prices.price(cyc.width, cyc.call_guess)
         return cyc.width
 
-    def keep(self, tree: DraftTree, cyc=None) -> None:
+    def keep(self, tree: TreeBuilder, cyc=None) -> None:
         self._level_done(cyc)
         spent = cyc.spent
         best_n, rate = best_rate(self._pool_values(tree, cyc), spent, cyc.tn, self.total_tokens)

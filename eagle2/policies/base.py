@@ -1,7 +1,7 @@
 """The interface every tree policy implements (docs/algorithms.md §10).
 
 A policy proposes; the decoder verifies. Like Hugging Face's CandidateGenerator, the policy owns
-what it proposes (`draft`: a DraftTree under the root) and may own how the target's verdict is
+what it proposes (`draft`: a tree under the root, cycle/tree_arrays.TreeArrays) and may own how the target's verdict is
 read (`accept`: the default is the lossless rule; a lossy policy such as LANTERN++ overrides it
 and says so through `lossy` / `lossy_note`). `prepare` does per-model work outside the timed
 steps, `summary_stats` reports what the policy decided over a run. Policies are dataclasses whose
@@ -21,7 +21,7 @@ from ..cycle import verify as V
 from ..cycle.drafting import HeadRunner
 from ..cycle.layout import VerifyBatch
 from ..cycle.sampling import SamplingParams
-from ..cycle.tree import DraftTree
+from ..cycle.tree_arrays import TreeArrays
 from ..errors import UserError, check
 
 TREE_PARAMS = ("total_tokens", "depth", "top_k")  # the common flags (--total-tokens, --depth, --top-k)
@@ -77,7 +77,7 @@ class TreePolicy:
         return {k: getattr(self, k) for k in TREE_PARAMS if hasattr(self, k)}
 
     # -- one cycle
-    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+    def draft(self, runner: HeadRunner, root: int) -> TreeArrays:
         raise NotImplementedError
 
     def native_tree(self, runner: HeadRunner) -> bool:
@@ -85,7 +85,7 @@ class TreePolicy:
         then a greedy cycle runs whole in the kernels (Decoder.speculate_in_kernels)."""
         return False
 
-    def accept(self, tree: DraftTree, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
+    def accept(self, tree: TreeArrays, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
                gen: torch.Generator, best: list[int] | None = None) -> tuple[list[int], int]:
         """The lossless rule (docs/algorithms.md §7): greedy (on `best`, each row's argmax, when the
         forward gave it), SpecInfer's rule for sampled siblings, or the top-k rule for
@@ -101,7 +101,7 @@ class TreePolicy:
         """The decoder's timing of this cycle's verification (N tokens, root included): policies
         that budget by measured costs learn from it."""
 
-    def observe_acceptance(self, tree: DraftTree, vb: VerifyBatch, path_pos: list[int]) -> None:
+    def observe_acceptance(self, tree: TreeArrays, vb: VerifyBatch, path_pos: list[int]) -> None:
         """This cycle's verification: the tree, its verified nodes (vb) and the verify positions the
         target accepted; policies that trust the draft's values learn from it."""
 
@@ -116,28 +116,6 @@ class TreePolicy:
 
     def summary_stats(self) -> dict:
         return {}
-
-
-class TreeBuilder:
-    """Accumulates pool nodes of one tree; index 0 is the root."""
-
-    def __init__(self, root: int):
-        self.t = DraftTree(tokens=[root], parents=[-1], depths=[0], ranks=[0], logp=[0.0],
-                           values=[0.0], levels=[-1], kept=[True], order=[0])
-
-    def add(self, tokens, parents, depths, ranks, logp, values, level, kept=False) -> list[int]:
-        t = self.t
-        n0 = len(t.tokens)
-        t.tokens += tokens
-        t.parents += parents
-        t.depths += depths
-        t.ranks += ranks
-        t.logp += logp
-        t.values += values
-        t.levels += [level] * len(tokens)
-        t.kept += [kept] * len(tokens)
-        t.order += list(range(n0, n0 + len(tokens)))
-        return list(range(n0, n0 + len(tokens)))
 
 
 def check_int(owner: str, key: str, v, lo: int, hi: int) -> None:

@@ -22,7 +22,8 @@ from typing import ClassVar, Literal
 
 import torch
 
-from ..cycle.tree import DraftTree, TreeRecord
+from ..cycle.tree import TreeRecord
+from ..cycle.tree_builder import TreeBuilder
 from ..errors import UserError, check
 from .base import Option
 from .eagle2 import Eagle2Policy
@@ -84,7 +85,7 @@ class DDDPolicy(Eagle2Policy):
                         f"total mass never exceeds 1, so a positive threshold would always stop.")
         self.check_levels = tuple(sorted(lv))
 
-    def stop_early(self, level: int, beam_values: torch.Tensor, tree: DraftTree) -> bool:
+    def stop_early(self, level: int, beam_values: torch.Tensor, tree: TreeBuilder) -> bool:
         """Called before draft call `level + 1`, with the beam produced by call `level`."""
         dd = tree.record
         if level not in self.check_levels:
@@ -96,7 +97,7 @@ class DDDPolicy(Eagle2Policy):
             dd.stopped_at = level
         return stop
 
-    def keep(self, tree: DraftTree, cyc=None) -> None:
+    def keep(self, tree: TreeBuilder, cyc=None) -> None:
         super().keep(tree, cyc)
         s = self.stats
         s["cycles"] += 1

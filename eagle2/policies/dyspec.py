@@ -45,9 +45,11 @@ from typing import ClassVar, Literal
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.tree import DraftTree, TreeRecord
+from ..cycle.tree import TreeRecord
+from ..cycle.tree_arrays import TreeArrays
+from ..cycle.tree_builder import TreeBuilder
 from ..errors import check
-from .base import Option, TreeBuilder, TreePolicy, check_int
+from .base import Option, TreePolicy, check_int
 
 
 def _draw(r: torch.Tensor, gen: torch.Generator) -> int:
@@ -100,7 +102,7 @@ class DySpecPolicy(TreePolicy):
               f"DySpec threshold must be a probability in (0, 1), about 1/budget (got {t!r}).")
 
     # ------------------------------------------------------------------------------------------
-    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+    def draft(self, runner: HeadRunner, root: int) -> TreeArrays:
         sp = runner.sampling
         greedy = sp.greedy
         temp = 1.0 if greedy else float(sp.temperature)
@@ -109,7 +111,7 @@ class DySpecPolicy(TreePolicy):
             st.grow_heap()
         else:
             st.grow_threshold()
-        t = st.b.t
+        t = st.b
         if not greedy:
             t.draft_dists = {n: q for n, q in st.q_full.items() if st.nchild.get(n, 0) > 0}
         t.sampled_drafts = not greedy
@@ -119,7 +121,7 @@ class DySpecPolicy(TreePolicy):
                                 threshold=self.threshold, best_first=greedy and self.best_first,
                                 slot_value=st.slot_value, nonfinite_draft_nodes=st.nonfinite,
                                 ranks="sampling order" if not greedy else "draft probability")
-        return t
+        return t.build()
 
 
 class _State:
@@ -165,7 +167,7 @@ class _State:
             self.q_full[n] = qf
 
     def _run(self, nodes: list[int]) -> None:
-        t = self.b.t
+        t = self.b
         r = self.runner
         g, lp, slots = r.run([t.tokens[m] for m in nodes], torch.stack([self.g_of[t.parents[m]] for m in nodes]),
                              [self.slot_of[t.parents[m]] for m in nodes], [t.depths[m] for m in nodes])
@@ -186,7 +188,7 @@ class _State:
         r[yi] = 0.0
         self.rem[n] = float(r.sum(dtype=torch.float64))
         y = yi if self.draft_ids is None else int(self.draft_ids[yi])
-        t = self.b.t
+        t = self.b
         lq = math.log(qy)
         (idx,) = self.b.add([y], [n], [t.depths[n] + 1], [self.nchild[n]], [lq], [t.values[n] + lq],
                             level=self.call_of[n], kept=True)
@@ -214,8 +216,8 @@ class _State:
         drawn); with best_first (greedy), the exact value of the child it would add, v_n * max R_n."""
         if self.greedy and self.pol.best_first:
             m = float(self.R[n].max())
-            return self.b.t.values[n] + math.log(m) if m > 0.0 else -math.inf
-        return self.b.t.values[n] + math.log(self.rem[n])
+            return self.b.values[n] + math.log(m) if m > 0.0 else -math.inf
+        return self.b.values[n] + math.log(self.rem[n])
 
     def _push(self, heap, logv: float, n: int) -> None:
         self.counter += 1
@@ -225,7 +227,7 @@ class _State:
         """Slots of nodes whose distribution is not computed yet are keyed by the node's own value
         (the paper's key; with best_first an upper bound, replaced by the exact key once the head
         has run there, so nodes are added exactly in decreasing value)."""
-        t = self.b.t
+        t = self.b
         heap: list = []
         self._push(heap, self._key(0), 0)
         added = 0
@@ -253,7 +255,7 @@ class _State:
                 self._push(heap, t.values[idx], idx)
 
     def grow_threshold(self) -> None:
-        t = self.b.t
+        t = self.b
         logt = math.log(self.pol.threshold)
         frontier = [0]
         added = 0

@@ -9,10 +9,11 @@ import numpy as np
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.tree import DraftTree, TreeRecord, log_mass
+from ..cycle.tree import TreeRecord
 from ..cycle.tree_arrays import TreeArrays
+from ..cycle.tree_builder import TreeBuilder
 from ..model.tree_modes import TREE_TOPK, BudgetInputs, TreeBudget, TreeCounts
-from .base import TreeBuilder, TreePolicy, check_int
+from .base import TreePolicy, check_int
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Eagle2Policy(TreePolicy):
         for key, lo, hi in (("total_tokens", 1, 1024), ("depth", 1, 32), ("top_k", 1, 64)):
             check_int("", key, getattr(self, key), lo, hi)
 
-    def stop_early(self, level: int, beam_values: torch.Tensor, tree: DraftTree) -> bool:
+    def stop_early(self, level: int, beam_values: torch.Tensor, tree: TreeBuilder) -> bool:
         """Called before draft call `level + 1`; True ends the expansion. EAGLE-2 always expands to
         full depth (DDD overrides this)."""
         return False
@@ -38,7 +39,7 @@ class Eagle2Policy(TreePolicy):
         when the cycle's drafting starts and gone with it; None: EAGLE-2 needs none."""
         return None
 
-    def expand_width(self, level: int, beam_values: torch.Tensor, tree: DraftTree, cyc=None) -> int:
+    def expand_width(self, level: int, beam_values: torch.Tensor, tree: TreeBuilder, cyc=None) -> int:
         """Called before draft call `level + 1` with the beam's values (best first): how many of the
         best beam nodes to expand, 0 ending the expansion. EAGLE-2 expands the whole beam unless
         stop_early says stop (the auto budget chooses the width from measured costs)."""
@@ -56,7 +57,7 @@ class Eagle2Policy(TreePolicy):
     def native_tree(self, runner: HeadRunner) -> bool:
         return runner.drafts_trees and self.top_k <= TREE_TOPK and self.native_budget() is not None
 
-    def draft(self, runner: HeadRunner, root: int) -> DraftTree | TreeArrays:
+    def draft(self, runner: HeadRunner, root: int) -> TreeArrays:
         """The tree, in one call of the kernels where the draft head runs there and this policy's
         rule is theirs (the same tree: tests/test_native_cycle.py), else level by level below."""
         cyc = self.begin(runner)
@@ -76,35 +77,33 @@ class Eagle2Policy(TreePolicy):
     def native_learn(self, tree: TreeArrays, counts: TreeCounts, cyc) -> None:
         """What the policy keeps of the kernels' tree (its record, what it learns); EAGLE-2 none."""
 
-    def draft_levels(self, runner: HeadRunner, root: int, cyc) -> DraftTree:
+    def draft_levels(self, runner: HeadRunner, root: int, cyc) -> TreeArrays:
         """EAGLE-2's loop in Python: a draft call per level, the hooks deciding (the reference
         the kernels' drafting is tested against)."""
         k = self.top_k
         b = TreeBuilder(root)
-        b.t.record = self.new_record()
+        b.record = self.new_record()
         v, ids = runner.topk(runner.root_logp, k)
         kk = v.numel()
         beam = b.add(ids.tolist(), [0] * kk, [1] * kk, list(range(kk)), v.tolist(), v.tolist(), level=0)
         beam_vals = v
         beam_g = runner.root_g.expand(kk, -1)
         beam_parent_slots = [-1] * kk
-        b.t.beam.append(beam)
-        b.t.beam_mass.append(log_mass(beam_vals.tolist()))
+        b.beam.append(beam)
         for level in range(1, self.depth + 1):
-            w = self.expand_width(level, beam_vals, b.t, cyc)
+            w = self.expand_width(level, beam_vals, b, cyc)
             if w == 0:
                 break
             if w < len(beam):  # the w best of the beam (it is in value order)
                 beam, beam_vals, beam_g, beam_parent_slots = beam[:w], beam_vals[:w], beam_g[:w], beam_parent_slots[:w]
-                b.t.beam[-1] = beam
-                b.t.beam_mass[-1] = log_mass(beam_vals.tolist())
-            g, lp, slots = runner.run([b.t.tokens[i] for i in beam], beam_g, beam_parent_slots,
-                                      [b.t.depths[i] for i in beam])
+                b.beam[-1] = beam
+            g, lp, slots = runner.run([b.tokens[i] for i in beam], beam_g, beam_parent_slots,
+                                      [b.depths[i] for i in beam])
             cv, cid = runner.topk(lp, k)                       # [beam, k]
             cand_vals = beam_vals[:, None] + cv                # path values of all children
             nb, kc = cand_vals.shape
             idx = b.add(cid.flatten().tolist(), [beam[r] for r in range(nb) for _ in range(kc)],
-                        [b.t.depths[beam[0]] + 1] * (nb * kc), list(range(kc)) * nb,
+                        [b.depths[beam[0]] + 1] * (nb * kc), list(range(kc)) * nb,
                         cv.flatten().tolist(), cand_vals.flatten().tolist(), level=level)
             if level == self.depth:
                 break
@@ -117,18 +116,17 @@ class Eagle2Policy(TreePolicy):
             beam_vals = cand_vals.flatten()[sel]
             beam_g = g[rows]
             beam_parent_slots = [slots[r] for r in rows.tolist()]
-            b.t.beam.append(beam)
-            b.t.beam_mass.append(log_mass(beam_vals.tolist()))
-        b.t.draft_calls = runner.calls
-        self.keep(b.t, cyc)
-        return b.t
+            b.beam.append(beam)
+        b.draft_calls = runner.calls
+        self.keep(b, cyc)
+        return b.build()
 
-    def keep(self, t: DraftTree, cyc=None) -> None:
+    def keep(self, t: TreeBuilder, cyc=None) -> None:
         """Mark the nodes the target verifies (EAGLE-2: the best total_tokens - 1 of the pool)."""
         self.rerank(t, self.total_tokens)
 
     @staticmethod
-    def rerank(t: DraftTree, total_tokens: int) -> None:
+    def rerank(t: TreeBuilder, total_tokens: int) -> None:
         """Keep the total_tokens-1 best non-root nodes by value (ties: shallower, then earlier),
         then close the set under parents."""
         n = len(t.tokens) - 1

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from ..cycle.drafting import HeadRunner
 from ..cycle.layout import VerifyBatch
 from ..cycle.sampling import SamplingParams
-from ..cycle.tree import DraftTree, TreeRecord
+from ..cycle.tree import TreeRecord
+from ..cycle.tree_arrays import TreeArrays
 from ..errors import UserError, check
 from ..files import atomic_path
 from ..model.weights import cache_dir
@@ -219,7 +220,7 @@ class LanternPolicy(StaticPolicy):
         """Load (or compute and cache, once per model) the neighbour index before decoding."""
         self._nbrs = neighbours_for(bundle, self.k, self.metric)
 
-    def accept(self, tree: DraftTree, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
+    def accept(self, tree: TreeArrays, vb: VerifyBatch, logits: torch.Tensor, sp: SamplingParams,
                gen: torch.Generator, best: list[int] | None = None) -> tuple[list[int], int]:
         """Relaxed acceptance (LOSSY unless exact); records, per visited position, what was moved
         (pool indices and token ids) in the tree's RelaxationRecord and adds it to self.stats."""
@@ -263,7 +264,7 @@ class LanternPolicy(StaticPolicy):
                                                                           for tr in e["trials"]) for e in recs)
         return path, bonus
 
-    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+    def draft(self, runner: HeadRunner, root: int) -> TreeArrays:
         t = super().draft(runner, root)
         t.record = RelaxationRecord(rule=self.rule, lam=self.lam, delta=self.delta, k=self.k, metric=self.metric,
                                     lossy=self.lossy)

@@ -7,9 +7,10 @@ from typing import ClassVar
 import torch
 
 from ..cycle.drafting import HeadRunner
-from ..cycle.tree import DraftTree
+from ..cycle.tree_arrays import TreeArrays
+from ..cycle.tree_builder import TreeBuilder
 from ..errors import check
-from .base import TreeBuilder, TreePolicy
+from .base import TreePolicy
 
 # EAGLE-1's default shape (docs/algorithms.md §3): 25 nodes as rank paths.
 EAGLE1_SHAPE = [
@@ -41,7 +42,7 @@ class StaticPolicy(TreePolicy):
     def params(self) -> dict:
         return {"total_tokens": self.total_tokens}
 
-    def draft(self, runner: HeadRunner, root: int) -> DraftTree:
+    def draft(self, runner: HeadRunner, root: int) -> TreeArrays:
         b = TreeBuilder(root)
         by_depth: dict[int, list[tuple]] = {}
         for p in sorted({tuple(p) for p in self.shape}, key=lambda p: (len(p), p)):
@@ -75,10 +76,10 @@ class StaticPolicy(TreePolicy):
             # run D on the nodes of this depth that have children in the shape
             parents = [p for p in new if any(q[:-1] == p for q in by_depth.get(d + 1, []))]
             if parents:
-                g, lp, slots = runner.run([b.t.tokens[node_of[p]] for p in parents],
+                g, lp, slots = runner.run([b.tokens[node_of[p]] for p in parents],
                                           torch.stack([g_of[p[:-1]] for p in parents]),
                                           [slot_of[p[:-1]] for p in parents], [d] * len(parents))
                 for j, p in enumerate(parents):
                     g_of[p], logp_of[p], slot_of[p] = g[j], lp[j], slots[j]
-        b.t.draft_calls = runner.calls
-        return b.t
+        b.draft_calls = runner.calls
+        return b.build()
