@@ -186,7 +186,7 @@ def test_layout_mask_and_positions(bundle, policy):
         assert vb.tokens.tolist() == [tree.tokens[p] for p in vb.pool_idx]
         assert vb.positions.tolist() == [committed + tree.depths[p] for p in vb.pool_idx]
         mask = vb.mask.numpy()
-        assert mask.shape == (T, T) and mask.dtype == bool
+        assert mask.shape == (T, T) and mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1}
         for j, p in enumerate(vb.pool_idx):
             anc = {pos_of[a] for a in [0] + path_of(tree, p)}  # root, ancestors and self
             assert set(np.flatnonzero(mask[j]).tolist()) == anc

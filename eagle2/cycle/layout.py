@@ -43,7 +43,7 @@ class VerifyBatch:
         self.pool_idx, self.parent_pos = order.tolist(), cols["parent_pos"][:T].tolist()
         self.ranks = cols["ranks"][order].tolist()
         self._tokens, self._depths = cols["tokens"][order], cols["depths"][order]
-        self._mask, self._at = cols["mask"][: T * T].reshape(T, T).astype(bool), (committed, device)
+        self._mask, self._at = cols["mask"][: T * T].reshape(T, T).copy(), (committed, device)
         self.token_list = self._tokens.tolist()
 
     @cached_property
@@ -58,7 +58,8 @@ class VerifyBatch:
 
     @cached_property
     def mask(self) -> torch.Tensor:
-        """[T, T] ancestors + self."""
+        """[T, T] uint8, 1 where a row may attend: its ancestors and itself (bytes as the kernels'
+        forward reads them; the eager forward reads them as bool)."""
         return torch.from_numpy(self._mask).to(self._at[1])
 
     @cached_property

@@ -40,11 +40,11 @@ class TargetForward(Protocol):
     def verify(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
                tree_mask: torch.Tensor | None = None, clock=None,
                best: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """N tree tokens after the committed cache under `tree_mask` [N, N] (ancestors and self;
-        None: causal), K/V written uncommitted: (what the draft head reads [N, F], logits [N,
-        vocab] in fp32); with `best` ([N] int64 on the CPU) each row's argmax written into it
-        (all that greedy decoding reads). `clock` (a cycle's PhaseClock): its verify_inputs phase
-        closes where the forward's own computation starts."""
+        """N tree tokens after the committed cache under `tree_mask` [N, N] (ancestors and self,
+        bool or uint8; None: causal), K/V written uncommitted: (what the draft head reads [N, F],
+        logits [N, vocab] in fp32); with `best` ([N] int64 on the CPU) each row's argmax written
+        into it (all that greedy decoding reads). `clock` (a cycle's PhaseClock): its verify_inputs
+        phase closes where the forward's own computation starts."""
 
     def streamed_bytes(self) -> int:
         """The weight bytes one forward reads (the memory bound of a token: profile, prior t(N))."""

@@ -309,10 +309,12 @@ def split_masks(committed: int, start: int, tree_mask: torch.Tensor | None, T: i
     start.. of a cache whose slots before `committed` are committed: those are always visible;
     tree slots committed..start-1 and the new tokens follow `tree_mask` [T, start - committed + T]
     (earlier tree slots that are ancestors, and self) or, when None, causal order among the new
-    tokens (start must then equal committed). None means all visible."""
+    tokens (start must then equal committed). None means all visible. The mask may be bool or
+    bytes (nonzero = visible, as the tree's layout and the kernels hold it)."""
     tree = start - committed
     if tree_mask is None:
         return None, (torch.ones(T, T, dtype=torch.bool, device=device).tril() if T > 1 else None)
+    tree_mask = tree_mask.bool()   # no copy when it is bool already
     past = None
     if tree > 0:
         past = torch.cat([torch.ones(T, committed, dtype=torch.bool, device=device), tree_mask[:, :tree]], 1)
