@@ -262,5 +262,6 @@ def test_the_why_line_says_what_the_cycles_took_when_they_were_split_into_phases
     line = re.search(r"Why the two differ:</b>([^<]*)", viz.metrics_html(viz.metrics(main, [plain]), why=why)).group(1)
     assert "as measured, N ≈ 4 took 1.4× plain's forward, drafting 0.6×, so a cycle took 1.8 plain steps' " \
            "time for its 3.0 tokens (1.64×)" in line
+    assert "The race runs its decoders in turn, so each pays for the caches the others left it" in line
     assert viz.measured_why(series("pol", run(CYCLES)), [plain]) is None        # recorded before the split
     assert viz.measured_why(main, []) is None                                   # no plain decoder

@@ -131,7 +131,9 @@ def why_line(why: dict | None = None, where: str = "this machine") -> str:
     if why and why["cycles"] and why["speedup"] is not None and why.get("measured"):
         line += (f": here, as measured, N ≈ {why['mean_n']:.0f} took {why['verify_per_cycle']:.1f}× plain's "
                  f"forward, drafting {why['draft_per_cycle']:.1f}×, so a cycle took {why['cost_per_cycle']:.1f} "
-                 f"plain steps' time for its {why['tokens_per_cycle']:.1f} tokens ({why['speedup']:.2f}×)")
+                 f"plain steps' time for its {why['tokens_per_cycle']:.1f} tokens ({why['speedup']:.2f}×). "
+                 "The race runs its decoders in turn, so each pays for the caches the others left it: on a "
+                 "CPU these figures read up to a tenth under one decoder running alone (the bench)")
     elif why and why["cycles"] and why["speedup"] is not None:
         line += (f": here N ≈ {why['mean_n']:.0f} costs {why['verify_per_cycle']:.1f}×, drafting "
                  f"{why['draft_per_cycle']:.1f}×, so a cycle costs {why['cost_per_cycle']:.1f} forwards' time "
