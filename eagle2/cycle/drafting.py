@@ -64,7 +64,7 @@ class HeadRunner:
                                   total_tokens, cols, budget)
         self.clock.lap_within("draft_tree", "draft_head", r.head_s)
         self.calls = r.draft_calls
-        return TreeArrays(cols, r.n, r.n_beams, r.draft_calls, r.n_verify), r
+        return TreeArrays.filled(cols, r), r
 
     def _grow(self, n: int) -> None:
         if n > self.anc.shape[0]:

@@ -27,6 +27,11 @@ class TreeArrays:
     draft_dists: dict = field(default_factory=dict)   # q at each parent of sampled siblings (pool index -> [V])
     _tree: DraftTree | None = field(default=None, repr=False)
 
+    @classmethod
+    def filled(cls, cols: dict[str, np.ndarray], counts) -> "TreeArrays":
+        """The tree a kernels' call filled into `cols`, by the counts it returned (TreeCounts)."""
+        return cls(cols, counts.n, counts.n_beams, counts.draft_calls, counts.n_verify)
+
     def __len__(self) -> int:
         return self.n
 

@@ -205,7 +205,7 @@ class Decoder:
         clock.lap_split({"draft_head": sec["head"] + sec["absorb"], "draft_tree": sec["tree"] - sec["head"],
                          "target_forward": sec["forward"], "accept": sec["accept"], "cache_commit": sec["commit"]},
                         rest="verify_inputs")
-        tree = TreeArrays(r.cols, r.tree.n, r.tree.n_beams, r.tree.draft_calls, r.tree.n_verify)
+        tree = TreeArrays.filled(r.cols, r.tree)
         policy.native_learn(tree, r.tree, cyc)
         vb = tree.layout(L, dev)
         policy.observe(tree.n_kept, sec["forward"])
