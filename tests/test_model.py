@@ -47,7 +47,7 @@ def hf_last_logits(hf, seqs: list[list[int]]) -> torch.Tensor:
 
 
 def random_tree(rng: random.Random, root: int, n: int, vocab: int):
-    """A random tree of n nodes under root: parents precede children, siblings distinct."""
+    """A random tree of n nodes under root, all kept: parents precede children, siblings distinct."""
     tokens, parents, depths, ranks = [root], [-1], [0], [0]
     for i in range(1, n):
         p = rng.randrange(i)
@@ -57,7 +57,7 @@ def random_tree(rng: random.Random, root: int, n: int, vocab: int):
         parents.append(p)
         depths.append(depths[p] + 1)
         ranks.append(len(used))
-    return tree_of(tokens, parents, depths, ranks).to_tree()
+    return tree_of(tokens, parents, depths, ranks)
 
 
 def path_tokens(tree, i: int) -> list[int]:
@@ -96,8 +96,8 @@ def test_target_matches_transformers(tiny_target, variant):
     # (non-contiguous slots), then check a final tree step node by node.
     for cycle in range(4):
         root = rng.randrange(V)
-        tree = random_tree(rng, root, n=9 + cycle, vocab=V)
-        vb = tree_of(tree.tokens, tree.parents, tree.depths, tree.ranks).layout(cache.length, torch.device("cpu"))
+        drafted = random_tree(rng, root, n=9 + cycle, vocab=V)
+        tree, vb = drafted.to_tree(), drafted.layout(cache.length, torch.device("cpu"))
         assert vb.positions.tolist() == [cache.length + tree.depths[p] for p in vb.pool_idx]
         feats = model.forward_cached(cache, vb.tokens, vb.positions, vb.mask)
         ours = model.logits(feats)
