@@ -113,21 +113,24 @@ def wait_status(page, text: str, timeout=180_000) -> None:
                            timeout=timeout)
 
 
-def step(page, prompt: str, times: int) -> list[int]:
+def step(page, prompt: str, times: int, done: int = 0) -> list[int]:
     """Fill the prompt and press Step `times` times, each time until the cycle is drawn; returns the
-    token count of the stream after each step."""
+    token count of the stream after each step. `done`: the cycles of this prompt the page has drawn
+    already. The waits name the cycle each press makes, never one already on the page: a wait for
+    a drawn cycle passes at once and then races the next one's drawing."""
     page.locator("#prompt textarea").fill(prompt)
     counts = []
     if times == 0:   # the page as it opens: its recorded trace
         return counts
-    for i in range(1, times + 1):
+    before = page.locator("#live-tokens .tok").count() if done else 0
+    for i in range(done + 1, done + times + 1):
         page.locator("#step-btn").click()
         wait_status(page, f"cycle {i} ·")
         page.wait_for_function("(n) => document.querySelectorAll('#live-tokens .tok').length > n",
-                               arg=counts[-1] if counts else 0)
+                               arg=counts[-1] if counts else before)
         counts.append(page.locator("#live-tokens .tok").count())
     page.wait_for_function("(c) => { const el = document.querySelector('#live-tree .js-plotly-plot');"
-                           " return el && el.layout.title.text.startsWith('Cycle ' + c + ' '); }", arg=times)
+                           " return el && el.layout.title.text.startsWith('Cycle ' + c + ' '); }", arg=done + times)
     return counts
 
 
