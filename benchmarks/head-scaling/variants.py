@@ -14,17 +14,15 @@ import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from eagle2.model.weights import ASSETS
+from eagle2.tools.prompt_files import read_prompts
+
 shuffled, run, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 convs = [json.loads(line) for line in (shuffled / "data_train.jsonl").read_text().splitlines() if line.strip()][:n]
 if len({c["id"] for c in convs}) != n or any(c["variant"] != "greedy" for c in convs):
     sys.exit(f"{shuffled}: the first {n} conversations are not {n} distinct prompts' greedy answers")
-prompts = {}
-for path in sorted((REPO / "assets" / "prompts").glob("train*.jsonl")):
-    for line in path.read_text().splitlines():
-        if line.strip():
-            q = json.loads(line)
-            prompts[q["question_id"]] = q
+# the files the data stage reads by default (`--prompts`), by id
+prompts = {q["question_id"]: q for path in sorted((ASSETS / "prompts").glob("train*.jsonl")) for q in read_prompts(path)}
 run.mkdir(parents=True, exist_ok=True)
 (run / "prompts.jsonl").write_text("".join(json.dumps(prompts[c["id"]]) + "\n" for c in convs))
 (run / "data_train.jsonl").write_text("".join(json.dumps(c) + "\n" for c in convs))
